@@ -1,0 +1,43 @@
+# tollgated — build, test and benchmark targets. `make test` is what CI runs.
+GO      ?= go
+PKGS    ?= ./...
+BIN     := bin
+
+.PHONY: all build run test test-short vet fmt-check bench bench-http clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/tollgated ./cmd/tollgated
+	$(GO) build -o $(BIN)/loadtest ./cmd/loadtest
+
+# run starts tollgated with embedded defaults: no external service needed.
+run:
+	$(GO) run ./cmd/tollgated
+
+# test is the whole suite: formatting, vet, then every package under the
+# race detector. Each package's tests are bounded in time.
+test: fmt-check vet
+	$(GO) test -race -count=1 -timeout 10m $(PKGS)
+
+test-short:
+	$(GO) test -short -count=1 $(PKGS)
+
+vet:
+	$(GO) vet $(PKGS)
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+# bench runs the Go micro-benchmarks (engine, seqlock, rings).
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./bench/... ./seqlock/... ./ring/...
+
+# bench-http runs tollgated and the bare fasthttp baseline side by side
+# with the included loadtest, in alternating rounds (bounded to 5 minutes).
+bench-http:
+	bash bench/http.sh
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,79 @@
+// Command tollgated is the admission daemon: one pinned shard per CPU, each
+// owning its accounts' admission state, and a control plane behind them.
+//
+// This build starts the shards, pins them, reports them, and shuts down
+// cleanly on SIGTERM; the HTTP data plane, the ledger and the admin API
+// arrive in later milestones (see the issues and docs/DESIGN.md).
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+
+	"github.com/rs/zerolog"
+)
+
+// version is set at link time (-ldflags "-X main.version=v1.2.3"); without
+// it the module version or VCS revision from the build info is reported.
+var version = ""
+
+func versionString() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			return bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				return "dev-" + s.Value
+			}
+		}
+	}
+	return "dev"
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr, nil))
+}
+
+// run is main without the process: it returns the exit status. stop, when
+// non-nil, replaces the OS signals (tests close it to shut down).
+func run(args []string, getenv func(string) string, stdout, stderr io.Writer, stop <-chan struct{}) int {
+	cfg, err := parseConfig(args, getenv, stdout)
+	switch {
+	case errors.Is(err, errHelp):
+		return 0
+	case errors.Is(err, errVersion):
+		fmt.Fprintf(stdout, "tollgated %s\n", versionString())
+		return 0
+	case err != nil:
+		fmt.Fprintf(stderr, "tollgated: %v\n", err)
+		return 2
+	}
+	log := zerolog.New(stderr).Level(cfg.logLevel).With().Timestamp().Logger()
+	if stop == nil {
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+		defer signal.Stop(sig)
+		ch := make(chan struct{})
+		go func() { <-sig; close(ch) }()
+		stop = ch
+	}
+	d, err := startDaemon(cfg, log)
+	if err != nil {
+		log.Error().Err(err).Msg("start failed")
+		return 1
+	}
+	<-stop
+	log.Info().Msg("shutting down")
+	d.shutdown()
+	log.Info().Msg("stopped")
+	return 0
+}

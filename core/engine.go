@@ -1,0 +1,220 @@
+package core
+
+import "errors"
+
+// Config sets an engine's fixed limits.
+type Config struct {
+	// MaxReservations bounds reservations in flight (pending, ready or
+	// committed). Admission refuses with DenyCapacityUnavailable when full.
+	MaxReservations int
+	// Gate, when non-nil, limits concurrent execution (AcquireCapacity).
+	Gate *Gate
+	// SweepInterval is the least time between two deadline sweeps (ns):
+	// deadlines are honoured within it. Zero means 10 ms.
+	SweepInterval int64
+}
+
+// DefaultMaxReservations is used when Config.MaxReservations is zero.
+const DefaultMaxReservations = 1 << 16
+
+type account struct {
+	id       AccountID
+	snap     *Snapshot
+	req      bucket
+	units    bucket
+	inflight uint32
+	lease    LeaseSlot
+	overage  CostUnits // elastic overage held or billed on this engine
+	evidence *EvidenceCell
+	// holdAvg is a moving average of how long reservations are held (ns),
+	// used to tell a concurrency-limited caller when a slot may free up.
+	holdAvg      int64
+	refillQueued bool
+	primaryTaken bool
+	primary      principalEntry
+}
+
+type principalEntry struct {
+	acct     *account
+	who      Principal
+	inflight uint32
+}
+
+// Engine is the admission state machine for the accounts one shard owns.
+// It is not safe for concurrent use: one goroutine owns it. See Concurrent.
+type Engine struct {
+	principals principalTable
+	accounts   map[AccountID]*account
+	res        resTable
+	gate       *Gate
+	counters   Counters
+	refills    []*account
+	sweepEvery int64
+	nextSweep  int64
+	event      UsageEvent // the event being recorded; see bill
+}
+
+// NewEngine returns an engine with no accounts.
+func NewEngine(cfg Config) *Engine {
+	n := cfg.MaxReservations
+	if n <= 0 {
+		n = DefaultMaxReservations
+	}
+	every := cfg.SweepInterval
+	if every <= 0 {
+		every = 10e6
+	}
+	return &Engine{
+		accounts:   make(map[AccountID]*account),
+		res:        newResTable(n),
+		gate:       cfg.Gate,
+		sweepEvery: every,
+	}
+}
+
+// ErrOlderGeneration refuses a snapshot that does not move its account's
+// generation forward.
+var ErrOlderGeneration = errors.New("core: snapshot generation is not newer than the installed one")
+
+// ErrUnknownAccount reports an operation on an account never installed.
+var ErrUnknownAccount = errors.New("core: unknown account")
+
+// Install publishes snap as its account's current policy, creating the
+// account on first sight. Requests already begun keep the snapshot they
+// pinned. Generations only move forward; a closed account stays closed.
+func (e *Engine) Install(snap *Snapshot) error {
+	if err := snap.Validate(); err != nil {
+		return err
+	}
+	a := e.accounts[snap.Account]
+	if a == nil {
+		a = &account{id: snap.Account}
+		e.accounts[snap.Account] = a
+	} else {
+		if snap.Generation <= a.snap.Generation {
+			return ErrOlderGeneration
+		}
+		if a.snap.Status == StatusClosed && snap.Status != StatusClosed {
+			return invalid("account %s is closed", snap.Account)
+		}
+	}
+	a.snap = snap
+	return nil
+}
+
+// Bind lets principal act for account. Rebinding moves it.
+func (e *Engine) Bind(p Principal, id AccountID) error {
+	a := e.accounts[id]
+	if a == nil {
+		return ErrUnknownAccount
+	}
+	if pe := e.principals.get(p); pe != nil && pe.acct == a {
+		return nil
+	}
+	// An account's first principal lives inside the account, so the common
+	// one-key account costs one allocation and one cache miss less.
+	pe := &a.primary
+	if a.primaryTaken {
+		pe = &principalEntry{}
+	}
+	a.primaryTaken = true
+	*pe = principalEntry{acct: a, who: p}
+	e.principals.put(p, pe)
+	return nil
+}
+
+// Unbind revokes principal: its next Begin is refused as unknown. Requests
+// already begun finish under the snapshot they pinned.
+func (e *Engine) Unbind(p Principal) { e.principals.remove(p) }
+
+// SetEvidence attaches the cell through which the control plane publishes
+// id's funding evidence. A nil cell means none is ever published.
+func (e *Engine) SetEvidence(id AccountID, cell *EvidenceCell) error {
+	a := e.accounts[id]
+	if a == nil {
+		return ErrUnknownAccount
+	}
+	a.evidence = cell
+	return nil
+}
+
+// Lease returns id's lease slot, for the control plane's grants and returns
+// (on the engine's goroutine).
+func (e *Engine) Lease(id AccountID) (*LeaseSlot, error) {
+	a := e.accounts[id]
+	if a == nil {
+		return nil, ErrUnknownAccount
+	}
+	return &a.lease, nil
+}
+
+// GrantLease adds funding to id's lease slot; see LeaseSlot.Grant.
+func (e *Engine) GrantLease(id AccountID, token uint64, units CostUnits, usableUntil int64, lowWater CostUnits) error {
+	a := e.accounts[id]
+	if a == nil {
+		return ErrUnknownAccount
+	}
+	if err := a.lease.Grant(token, units, usableUntil, lowWater); err != nil {
+		return err
+	}
+	a.refillQueued = false
+	return nil
+}
+
+// Overage is the elastic overage id holds or has billed on this engine.
+func (e *Engine) Overage(id AccountID) CostUnits {
+	if a := e.accounts[id]; a != nil {
+		return a.overage
+	}
+	return 0
+}
+
+// Counters returns a copy of the engine's counters.
+func (e *Engine) Counters() Counters { return e.counters }
+
+// InFlight is the number of live reservations.
+func (e *Engine) InFlight() int { return len(e.res.live) }
+
+// CountDenial records a refusal decided outside the engine, such as
+// DenyAccountingBackpressure when no usage slot could be reserved.
+func (e *Engine) CountDenial(r DenyReason) { e.counters.Denials[r]++ }
+
+// RefillRequest asks the control plane for more funding for an account.
+type RefillRequest struct {
+	Account AccountID
+	Units   CostUnits // what the current lease still holds
+	Needed  CostUnits // the largest quote refused for want of units, or 0
+}
+
+// DrainRefills appends every pending refill request to dst and clears them.
+// Each account appears at most once until its next grant or drain.
+func (e *Engine) DrainRefills(dst []RefillRequest) []RefillRequest {
+	for _, a := range e.refills {
+		dst = append(dst, RefillRequest{Account: a.id, Units: a.lease.cur.units, Needed: a.lease.largestRefused})
+		a.refillQueued = false
+	}
+	clear(e.refills)
+	e.refills = e.refills[:0]
+	return dst
+}
+
+func (e *Engine) noteRefill(a *account) {
+	if a.lease.wantRefill && !a.refillQueued {
+		a.refillQueued = true
+		e.refills = append(e.refills, a)
+	}
+}
+
+// Outstanding counts live reservations not yet started (pending or ready)
+// and started but not yet billed. It walks the live list: for checks and
+// scrapes, not for the request path.
+func (e *Engine) Outstanding() (notStarted, started int) {
+	for _, idx := range e.res.live {
+		if e.res.slots[idx].phase == phaseCommitted {
+			started++
+		} else {
+			notStarted++
+		}
+	}
+	return notStarted, started
+}

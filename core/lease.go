@@ -1,0 +1,212 @@
+package core
+
+import "errors"
+
+// MaxRetiringLeases bounds how many superseded leases a slot keeps while
+// reservations funded by them are still outstanding.
+const MaxRetiringLeases = 3
+
+// ErrRetiringFull refuses a grant with a new fencing token while every
+// retiring place is taken by a lease that still funds live reservations.
+// The control plane retries after those settle.
+var ErrRetiringFull = errors.New("core: too many superseded leases still funding reservations")
+
+// ErrStaleFence refuses a grant whose fencing token is older than the
+// current lease's: tokens only move forward.
+var ErrStaleFence = errors.New("core: lease grant with a stale fencing token")
+
+// leaseFunds is one lease's share in this slot.
+type leaseFunds struct {
+	token uint64    // fencing token; 0 = no lease
+	units CostUnits // spendable
+	held  uint32    // reservations it funds that have not settled
+}
+
+// LeaseSlot is one shard's slice of an account's funding. The shard spends it
+// with plain arithmetic; the control plane tops it up, replaces it (a new
+// fencing token) and takes back what is unspent. It keeps an exact account:
+//
+//	granted == available + heldUnits + billed + returned
+//
+// where available counts the current and every retiring lease.
+type LeaseSlot struct {
+	cur         leaseFunds
+	usableUntil int64 // Unix ns: debits and commits stop here (expiry − safety margin)
+	lowWater    CostUnits
+	retiring    [MaxRetiringLeases]leaseFunds
+
+	// largestRefused is the biggest quote refused for want of units since
+	// the last grant; the control plane grows the next grant to it.
+	largestRefused CostUnits
+	// wantRefill is set by the debit that crosses low water (or is refused),
+	// and cleared when the control plane answers with a grant.
+	wantRefill bool
+
+	granted, heldUnits, billed, returned CostUnits
+}
+
+// Grant adds units from the lease with fencing token token, usable until
+// usableUntil. The same token tops up and extends the current lease; a newer
+// token supersedes it, and the old lease retires, still settling the
+// reservations it funds, until its unspent units are taken back.
+func (s *LeaseSlot) Grant(token uint64, units CostUnits, usableUntil int64, lowWater CostUnits) error {
+	if token == 0 {
+		return errors.New("core: fencing token 0 is not a lease")
+	}
+	if token < s.cur.token {
+		return ErrStaleFence
+	}
+	granted, err := s.granted.Add(units)
+	if err != nil {
+		return err
+	}
+	if token > s.cur.token && s.cur.token != 0 {
+		i := s.freeRetiring()
+		if i < 0 {
+			return ErrRetiringFull
+		}
+		s.retiring[i] = s.cur
+		s.cur = leaseFunds{}
+	}
+	cur, err := s.cur.units.Add(units)
+	if err != nil {
+		return err
+	}
+	s.cur.token, s.cur.units = token, cur
+	s.granted = granted
+	s.usableUntil, s.lowWater = usableUntil, lowWater
+	s.largestRefused, s.wantRefill = 0, false
+	return nil
+}
+
+func (s *LeaseSlot) freeRetiring() int {
+	for i := range s.retiring {
+		if s.retiring[i].token == 0 {
+			return i
+		}
+		if s.retiring[i].held == 0 && s.retiring[i].units == 0 {
+			s.retiring[i] = leaseFunds{}
+			return i
+		}
+	}
+	return -1
+}
+
+// debit takes quote from the current lease for a new reservation.
+func (s *LeaseSlot) debit(quote CostUnits, now int64) DenyReason {
+	switch {
+	case s.cur.token == 0:
+		s.wantRefill = true
+		return DenyLeaseUnavailable
+	case now >= s.usableUntil:
+		s.wantRefill = true
+		return DenyLeaseExpired
+	case s.cur.units < quote:
+		s.largestRefused = max(s.largestRefused, quote)
+		s.wantRefill = true
+		return DenyLeaseExhausted
+	}
+	s.cur.units -= quote
+	s.cur.held++
+	s.heldUnits = mustAdd(s.heldUnits, quote)
+	if s.cur.units < s.lowWater {
+		s.wantRefill = true
+	}
+	return DenyNone
+}
+
+// settle closes a reservation of quote funded by the lease with token,
+// billing billed ≤ quote and returning the rest to that lease.
+func (s *LeaseSlot) settle(token uint64, quote, billed CostUnits) {
+	f := s.funds(token)
+	if f == nil || f.held == 0 || billed > quote {
+		panic("core: invariant broken: settling a reservation its lease does not hold")
+	}
+	f.held--
+	f.units = mustAdd(f.units, quote-billed)
+	s.heldUnits = mustSub(s.heldUnits, quote)
+	s.billed = mustAdd(s.billed, billed)
+}
+
+func (s *LeaseSlot) funds(token uint64) *leaseFunds {
+	if token == s.cur.token {
+		return &s.cur
+	}
+	for i := range s.retiring {
+		if s.retiring[i].token == token {
+			return &s.retiring[i]
+		}
+	}
+	return nil
+}
+
+// LeaseReturn is unspent funding handed back to the control plane.
+type LeaseReturn struct {
+	Token uint64
+	Units CostUnits
+}
+
+// TakeRetired removes every retiring lease that funds nothing any more and
+// returns its unspent units; the control plane releases them to the ledger.
+func (s *LeaseSlot) TakeRetired(dst []LeaseReturn) []LeaseReturn {
+	for i := range s.retiring {
+		f := &s.retiring[i]
+		if f.token != 0 && f.held == 0 {
+			dst = append(dst, LeaseReturn{Token: f.token, Units: f.units})
+			s.returned = mustAdd(s.returned, f.units)
+			*f = leaseFunds{}
+		}
+	}
+	return dst
+}
+
+// TakeUnspent empties the current lease (for shutdown, or a lease the
+// control plane is about to release) and returns what it held. Reservations
+// it still funds keep settling into it; a later TakeUnspent returns those.
+func (s *LeaseSlot) TakeUnspent() LeaseReturn {
+	r := LeaseReturn{Token: s.cur.token, Units: s.cur.units}
+	s.returned = mustAdd(s.returned, s.cur.units)
+	s.cur.units = 0
+	return r
+}
+
+// Units is what the current lease can still fund.
+func (s *LeaseSlot) Units() CostUnits { return s.cur.units }
+
+// Token is the current lease's fencing token (0 = none).
+func (s *LeaseSlot) Token() uint64 { return s.cur.token }
+
+// LargestRefused is the biggest quote refused since the last grant.
+func (s *LeaseSlot) LargestRefused() CostUnits { return s.largestRefused }
+
+// WantsRefill reports whether low water was crossed or a quote refused.
+func (s *LeaseSlot) WantsRefill() bool { return s.wantRefill }
+
+// LeaseBalance is a LeaseSlot's exact account.
+type LeaseBalance struct {
+	Granted, Available, Held, Billed, Returned CostUnits
+	Outstanding                                uint32 // reservations not settled
+}
+
+// Balance reports the slot's account.
+func (s *LeaseSlot) Balance() LeaseBalance {
+	b := LeaseBalance{Granted: s.granted, Available: s.cur.units, Held: s.heldUnits,
+		Billed: s.billed, Returned: s.returned, Outstanding: s.cur.held}
+	for _, f := range s.retiring {
+		b.Available = mustAdd(b.Available, f.units)
+		b.Outstanding += f.held
+	}
+	return b
+}
+
+// Conserved reports whether granted == available + held + billed + returned.
+func (b LeaseBalance) Conserved() bool {
+	sum, err := b.Available.Add(b.Held)
+	if err == nil {
+		sum, err = sum.Add(b.Billed)
+	}
+	if err == nil {
+		sum, err = sum.Add(b.Returned)
+	}
+	return err == nil && sum == b.Granted
+}

@@ -1,0 +1,73 @@
+package core
+
+import (
+	"errors"
+	"testing"
+)
+
+func TestSupersededLeaseSettlesThenReturns(t *testing.T) {
+	f := newFixture(t, nil)
+	r := f.start(oneReq, t0) // funded by token 1
+	must(t, f.e.GrantLease("acme", 2, 500, t0+3600e9, 0))
+	l, _ := f.e.Lease("acme")
+	if l.Token() != 2 || l.Units() != 500 {
+		t.Fatalf("current lease = %d/%d", l.Token(), l.Units())
+	}
+	if got := l.TakeRetired(nil); len(got) != 0 {
+		t.Fatalf("returned a lease still funding a reservation: %+v", got)
+	}
+	f.e.Finish(r, 2, t0)
+	if f.usage.events[0].FencingToken != 1 {
+		t.Fatal("bill does not name the lease that funded it")
+	}
+	got := l.TakeRetired(nil)
+	if len(got) != 1 || got[0] != (LeaseReturn{Token: 1, Units: 1_000_000 - 2}) {
+		t.Fatalf("retired return = %+v", got)
+	}
+	f.conserved()
+	if b := l.Balance(); b.Granted != 1_000_500 || b.Returned != 999_998 || b.Billed != 2 {
+		t.Fatalf("balance = %+v", b)
+	}
+}
+
+func TestLeaseGrantRefusals(t *testing.T) {
+	var s LeaseSlot
+	must(t, s.Grant(5, 10, t0, 0))
+	if err := s.Grant(4, 10, t0, 0); !errors.Is(err, ErrStaleFence) {
+		t.Fatalf("stale fence: %v", err)
+	}
+	if err := s.Grant(0, 10, t0, 0); err == nil {
+		t.Fatal("token 0 accepted")
+	}
+	if err := s.Grant(5, MaxCostUnits, t0, 0); !errors.Is(err, ErrCostOverflow) {
+		t.Fatalf("overflowing grant: %v", err)
+	}
+	// Fill every retiring place with a lease that still funds a reservation.
+	for tok := uint64(6); tok < 6+MaxRetiringLeases; tok++ {
+		if r := s.debit(1, t0-1); r != DenyNone {
+			t.Fatal(r)
+		}
+		must(t, s.Grant(tok, 10, t0, 0))
+	}
+	s.debit(1, t0-1)
+	if err := s.Grant(100, 10, t0, 0); !errors.Is(err, ErrRetiringFull) {
+		t.Fatalf("retiring overflow: %v", err)
+	}
+	if !s.Balance().Conserved() {
+		t.Fatalf("refused grants broke conservation: %+v", s.Balance())
+	}
+}
+
+func TestTakeUnspentThenLateSettlement(t *testing.T) {
+	f := newFixture(t, nil)
+	r := f.start(oneReq, t0)
+	l, _ := f.e.Lease("acme")
+	if got := l.TakeUnspent(); got.Units != 1_000_000-102 || got.Token != 1 {
+		t.Fatalf("unspent = %+v", got)
+	}
+	f.e.Finish(r, 100, t0)
+	if got := l.TakeUnspent(); got.Units != 2 {
+		t.Fatalf("late refund not returned: %+v", got)
+	}
+	f.conserved()
+}

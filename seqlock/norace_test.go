@@ -1,0 +1,5 @@
+//go:build !race
+
+package seqlock
+
+const raceEnabled = false
