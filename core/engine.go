@@ -218,3 +218,27 @@ func (e *Engine) Outstanding() (notStarted, started int) {
 	}
 	return notStarted, started
 }
+
+// Quote is a live reservation's quote (0 if r has ended).
+func (e *Engine) Quote(r Reservation) CostUnits {
+	if rs := e.res.lookup(r); rs != nil {
+		return rs.quote
+	}
+	return 0
+}
+
+// Deadline is when a live reservation expires (Unix ns; 0 if r has ended).
+func (e *Engine) Deadline(r Reservation) int64 {
+	if rs := e.res.lookup(r); rs != nil {
+		return rs.deadline
+	}
+	return 0
+}
+
+// PrincipalOf is the principal that admitted a live reservation.
+func (e *Engine) PrincipalOf(r Reservation) (Principal, bool) {
+	if rs := e.res.lookup(r); rs != nil {
+		return rs.prin.who, true
+	}
+	return Principal{}, false
+}

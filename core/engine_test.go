@@ -302,3 +302,35 @@ func TestInstallRefusesInvalidAndReopening(t *testing.T) {
 		t.Fatalf("bind to unknown account: %v", err)
 	}
 }
+
+func TestRequireChecksThePinnedSnapshot(t *testing.T) {
+	f := newFixture(t, nil)
+	ctx, _ := f.e.Begin(alice, 0, t0)
+	if r := f.e.Require(&ctx, 0b10); r != DenyNone {
+		t.Fatalf("granted bit refused: %s", r)
+	}
+	if r := f.e.Require(&ctx, 0b100); r != DenyMissingPermission {
+		t.Fatalf("missing bit: %s", r)
+	}
+	if r := f.e.Require(&RequestContext{}, 0); r != DenyUnknownPrincipal {
+		t.Fatalf("zero context: %s", r)
+	}
+	if f.e.Counters().Denials[DenyMissingPermission] != 1 {
+		t.Fatal("refusal not counted")
+	}
+}
+
+func TestReservationAccessors(t *testing.T) {
+	f := newFixture(t, nil)
+	r, _ := f.admit(oneReq, t0)
+	if f.e.Quote(r) != 102 || f.e.Deadline(r) != t0+30e9 {
+		t.Fatalf("quote %d deadline %d", f.e.Quote(r), f.e.Deadline(r))
+	}
+	if p, ok := f.e.PrincipalOf(r); !ok || p != alice {
+		t.Fatal("principal of a live reservation")
+	}
+	f.e.Cancel(r, t0)
+	if _, ok := f.e.PrincipalOf(r); ok || f.e.Quote(r) != 0 || f.e.Deadline(r) != 0 {
+		t.Fatal("accessors answer for an ended reservation")
+	}
+}

@@ -77,6 +77,29 @@ type Snapshot struct {
 	// Scope is the level this account occupies in its hierarchy, reported
 	// with funding refusals that the account's own ledger entry caused.
 	Scope Scope
+	// PermissionNames names permission bit i, for transports that accept
+	// names on the wire. The engine itself only tests bits.
+	PermissionNames []string
+}
+
+// Permission returns the bit named name, if the snapshot names one.
+func (s *Snapshot) Permission(name []byte) (PermissionSet, bool) {
+	for i, n := range s.PermissionNames {
+		if n == string(name) {
+			return 1 << i, true
+		}
+	}
+	return 0, false
+}
+
+// OpIndexOf returns the index of the operation class named name.
+func (s *Snapshot) OpIndexOf(name []byte) (OpIndex, bool) {
+	for i := range s.Costs.Classes {
+		if s.Costs.Classes[i].Name == string(name) {
+			return OpIndex(i), true
+		}
+	}
+	return 0, false
 }
 
 // ErrInvalidSnapshot wraps every reason Validate refuses a snapshot.
@@ -118,6 +141,9 @@ func (s *Snapshot) Validate() error {
 	}
 	if s.Limits.UnitRate != 0 && worst > CostUnits(s.Limits.UnitBurst) {
 		return invalid("worst-case quote %d exceeds unit burst %d", worst, s.Limits.UnitBurst)
+	}
+	if len(s.PermissionNames) > 64 {
+		return invalid("at most 64 permission names")
 	}
 	if worst == 0 {
 		return invalid("every request would be free; give a class a weight or set a minimum")

@@ -65,3 +65,23 @@ func TestWorstCaseAtExactlyTheBurstIsAccepted(t *testing.T) {
 		t.Fatal("worst case == burst+1 accepted")
 	}
 }
+
+func TestNameLookups(t *testing.T) {
+	s := validSnapshot()
+	s.PermissionNames = []string{"chat", "images"}
+	if p, ok := s.Permission([]byte("images")); !ok || p != 0b10 {
+		t.Fatalf("images = %b, %v", p, ok)
+	}
+	if _, ok := s.Permission([]byte("admin")); ok {
+		t.Fatal("unknown permission found")
+	}
+	if i, ok := s.OpIndexOf([]byte("requests")); !ok || i != 2 {
+		t.Fatalf("requests = %d, %v", i, ok)
+	}
+	if _, ok := s.OpIndexOf([]byte("video")); ok {
+		t.Fatal("unknown class found")
+	}
+	if a := testing.AllocsPerRun(100, func() { s.OpIndexOf([]byte("images")) }); a != 0 {
+		t.Fatalf("lookup allocates %v", a)
+	}
+}

@@ -31,6 +31,18 @@ func (c *RequestContext) SetTTL(ttl int64) {
 	c.ttl = min(max(ttl, 1), MaxHoldTimeout)
 }
 
+// Require checks permissions the request names only in its body (decoded
+// after Begin) against the pinned snapshot, counting a refusal.
+func (e *Engine) Require(c *RequestContext, perms PermissionSet) DenyReason {
+	if c.snap == nil {
+		return e.refuse(DenyUnknownPrincipal)
+	}
+	if !c.snap.Permissions.Has(perms) {
+		return e.refuse(DenyMissingPermission)
+	}
+	return DenyNone
+}
+
 // Begin resolves principal's account snapshot with one lookup, checks the
 // account's standing and the route's required permissions, and pins the
 // snapshot for the rest of the request.

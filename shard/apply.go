@@ -1,0 +1,104 @@
+package shard
+
+import (
+	"github.com/valyala/fasthttp"
+
+	"github.com/tollgated/tollgated/core"
+)
+
+// Completer answers a parked request: the transport calls fill with the
+// request's response, in order with the connection's other responses, or
+// skips it if the connection has gone.
+type Completer func(ticket uint64, fill func(*fasthttp.Response))
+
+// SetCompleter wires the transport that parks forwarded requests.
+func (s *Shard) SetCompleter(c Completer) {
+	s.complete = c
+	s.fillReply = s.writeReply // bound once: completing allocates nothing
+}
+
+// Poll applies every message waiting from the control plane, then ships
+// pending refill requests and retired leases. The shard's loop calls it when
+// the inbox doorbell rings and once per iteration; it returns how many
+// messages it applied.
+func (s *Shard) Poll(now int64) int {
+	n := 0
+	for {
+		k := s.inbox.Ring().PopBatch(s.inbuf[:])
+		for i := range k {
+			s.apply(&s.inbuf[i], now)
+			s.inbuf[i] = Inbound{} // drop references the ring would keep alive
+		}
+		n += k
+		if k < len(s.inbuf) {
+			break
+		}
+	}
+	s.engine.Expire(now)
+	s.flushRefills()
+	return n
+}
+
+func (s *Shard) apply(m *Inbound, now int64) {
+	switch m.Kind {
+	case InInstall:
+		if err := s.engine.Install(m.Snap); err != nil {
+			s.installErrors++
+		}
+	case InBind:
+		if s.engine.Bind(m.Principal, m.Account) == nil {
+			s.keys[m.Principal] = m.Digest
+		} else {
+			s.installErrors++
+		}
+	case InUnbind:
+		s.engine.Unbind(m.Principal)
+		delete(s.keys, m.Principal)
+		s.cache.Forget(m.Principal)
+	case InGrant:
+		if s.engine.GrantLease(m.Account, m.Token, m.Units, m.Until, m.LowWater) != nil {
+			s.grantErrors++
+		}
+	case InEvidence:
+		s.engine.SetEvidence(m.Account, m.Evidence)
+	case InReclaimLease:
+		if l, err := s.engine.Lease(m.Account); err == nil {
+			ret := l.TakeUnspent()
+			s.outbox.Push(Outbound{Kind: OutReturn, From: s.cfg.ID, Account: m.Account, Token: ret.Token, Units: ret.Units})
+		}
+	case InForward:
+		out := s.runOp(m.Op, core.ReservationFromID(m.Res), m.Principal, m.Units, now)
+		reply := Outbound{Kind: OutReply, Op: m.Op, From: s.cfg.ID, To: m.From, Ticket: m.Ticket,
+			Status: uint16(out.code), Reason: out.reason, Units: out.billed}
+		if !s.outbox.Push(reply) {
+			s.lostReplies++ // the forwarder answers 504 at its deadline
+		}
+	case InReply:
+		s.reply = opOutcome{code: outcomeCode(m.Status), reason: m.Reason, billed: m.Units}
+		s.replyOp = m.Op
+		s.complete(m.Ticket, s.fillReply)
+	case InReady:
+		s.ready = true
+	}
+}
+
+func (s *Shard) writeReply(resp *fasthttp.Response) { s.answerOp(resp, s.replyOp, s.reply) }
+
+// fail answers a parked request with a refusal, when it could not even be
+// forwarded.
+func (s *Shard) fail(ticket uint64, r core.DenyReason) {
+	s.reply = opOutcome{code: outcomeDenied, reason: r}
+	s.complete(ticket, s.fillReply)
+}
+
+// flushRefills ships the engine's refill requests and any retired leases'
+// unspent units to the control plane. A request that finds the ring full
+// stays queued in the engine's lease flag and is sent on a later call.
+func (s *Shard) flushRefills() {
+	s.refills = s.engine.DrainRefills(s.refills[:0])
+	for _, r := range s.refills {
+		if !s.outbox.Push(Outbound{Kind: OutRefill, From: s.cfg.ID, Account: r.Account, Units: r.Units, Needed: r.Needed}) {
+			s.droppedRefills++
+		}
+	}
+}

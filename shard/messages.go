@@ -1,0 +1,81 @@
+package shard
+
+import (
+	"github.com/tollgated/tollgated/core"
+	"github.com/tollgated/tollgated/credential"
+)
+
+// InKind says what an Inbound message asks a shard to do.
+type InKind uint8
+
+const (
+	InInstall     InKind = iota + 1 // install Snap (new account or newer generation)
+	InBind                          // Principal (with Digest) acts for Account
+	InUnbind                        // revoke Principal
+	InGrant                         // lease funding for Account: Token, Units, Until, LowWater
+	InEvidence                      // attach Evidence cell to Account
+	InForward                       // run Op on a reservation this shard owns, reply to From
+	InReply                         // the answer to an operation this shard forwarded
+	InReclaimLease                  // give back Account's unspent lease units
+	InReady                         // initial state delivered: /readyz may say ready
+)
+
+// Inbound is one message from the control plane to a shard. Messages are
+// fixed-size values carried by a ring; pointers in them refer to immutable
+// data (snapshots) or to cells the control plane owns.
+type Inbound struct {
+	Kind      InKind
+	Op        Op
+	From      uint16 // shard that forwarded the operation
+	Status    uint16 // InReply: HTTP status of the answer
+	Reason    core.DenyReason
+	Principal core.Principal
+	Digest    credential.Digest
+	Account   core.AccountID
+	Snap      *core.Snapshot
+	Evidence  *core.EvidenceCell
+	Token     uint64
+	Units     core.CostUnits
+	Until     int64
+	LowWater  core.CostUnits
+	Res       uint64 // reservation handle (core.Reservation.ID)
+	Ticket    uint64 // the forwarding shard's deferred-request ticket
+}
+
+// Op is a reservation operation that may be forwarded between shards.
+type Op uint8
+
+const (
+	OpCommit Op = iota + 1
+	OpFinish
+	OpCancel
+)
+
+// OutKind says what an Outbound message tells the control plane.
+type OutKind uint8
+
+const (
+	OutUsage   OutKind = iota + 1 // Usage is billed
+	OutRefill                     // Account wants more funding (Units left, Needed)
+	OutReturn                     // Account's lease Token returns Units unspent
+	OutForward                    // forward Op on Res to shard To
+	OutReply                      // answer to a forwarded Op, for shard To
+)
+
+// Outbound is one message from a shard to the control plane.
+type Outbound struct {
+	Kind    OutKind
+	Op      Op
+	From    uint16
+	To      uint16
+	Status  uint16
+	Reason  core.DenyReason
+	Account core.AccountID
+	Usage   core.UsageEvent
+	Token   uint64
+	Units   core.CostUnits
+	Needed    core.CostUnits
+	Res       uint64
+	Ticket    uint64
+	Principal core.Principal
+}
