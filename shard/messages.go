@@ -9,15 +9,15 @@ import (
 type InKind uint8
 
 const (
-	InInstall     InKind = iota + 1 // install Snap (new account or newer generation)
-	InBind                          // Principal (with Digest) acts for Account
-	InUnbind                        // revoke Principal
-	InGrant                         // lease funding for Account: Token, Units, Until, LowWater
-	InEvidence                      // attach Evidence cell to Account
-	InForward                       // run Op on a reservation this shard owns, reply to From
-	InReply                         // the answer to an operation this shard forwarded
-	InReclaimLease                  // give back Account's unspent lease units
-	InReady                         // initial state delivered: /readyz may say ready
+	InInstall      InKind = iota + 1 // install Snap (new account or newer generation)
+	InBind                           // Principal (with Digest) acts for Account
+	InUnbind                         // revoke Principal
+	InGrant                          // lease funding for Account: Token, Units, Until, LowWater
+	InEvidence                       // attach Evidence cell to Account
+	InForward                        // run Op on a reservation this shard owns, reply to From
+	InReply                          // the answer to an operation this shard forwarded
+	InReclaimLease                   // give back Account's unspent lease units
+	InReady                          // initial state delivered: /readyz may say ready
 )
 
 // Inbound is one message from the control plane to a shard. Messages are
@@ -64,16 +64,16 @@ const (
 
 // Outbound is one message from a shard to the control plane.
 type Outbound struct {
-	Kind    OutKind
-	Op      Op
-	From    uint16
-	To      uint16
-	Status  uint16
-	Reason  core.DenyReason
-	Account core.AccountID
-	Usage   core.UsageEvent
-	Token   uint64
-	Units   core.CostUnits
+	Kind      OutKind
+	Op        Op
+	From      uint16
+	To        uint16
+	Status    uint16
+	Reason    core.DenyReason
+	Account   core.AccountID
+	Usage     core.UsageEvent
+	Token     uint64
+	Units     core.CostUnits
 	Needed    core.CostUnits
 	Res       uint64
 	Ticket    uint64
