@@ -16,7 +16,14 @@ type bucket struct {
 // removes nothing and reports how many nanoseconds until it would. Time that
 // appears to run backwards (callers on other threads, a stepped clock) adds
 // nothing rather than wrapping.
+//
+// A zero rate or a burst below n (an engine's share of a limit, for now)
+// refuses with shareRetryHint: only the control plane moving share can help.
 func (b *bucket) take(n uint64, rate, burst uint32, now int64) (ok bool, wait int64) {
+	if rate == 0 || uint64(burst) < n {
+		b.level = min(b.level, uint64(burst)*tokenScale)
+		return false, shareRetryHint
+	}
 	capacity := uint64(burst) * tokenScale
 	if b.last == 0 {
 		b.level, b.last = capacity, now

@@ -31,6 +31,9 @@ type account struct {
 	holdAvg      int64
 	refillQueued bool
 	primaryTaken bool
+	shared       bool  // share, not the snapshot, sets rate and concurrency
+	rateStarved  bool  // the share refused a request since the last drain
+	share        Share
 	primary      principalEntry
 }
 
@@ -179,19 +182,23 @@ func (e *Engine) InFlight() int { return len(e.res.live) }
 // DenyAccountingBackpressure when no usage slot could be reserved.
 func (e *Engine) CountDenial(r DenyReason) { e.counters.Denials[r]++ }
 
-// RefillRequest asks the control plane for more funding for an account.
+// RefillRequest asks the control plane for more funding for an account,
+// or (RateStarved) for a larger share of its limits.
 type RefillRequest struct {
-	Account AccountID
-	Units   CostUnits // what the current lease still holds
-	Needed  CostUnits // the largest quote refused for want of units, or 0
+	Account     AccountID
+	Units       CostUnits // what the current lease still holds
+	Needed      CostUnits // the largest quote refused for want of units, or 0
+	RateStarved bool      // this engine's share refused a request
+	WantsFunds  bool      // low water crossed or a quote refused
 }
 
 // DrainRefills appends every pending refill request to dst and clears them.
 // Each account appears at most once until its next grant or drain.
 func (e *Engine) DrainRefills(dst []RefillRequest) []RefillRequest {
 	for _, a := range e.refills {
-		dst = append(dst, RefillRequest{Account: a.id, Units: a.lease.cur.units, Needed: a.lease.largestRefused})
-		a.refillQueued = false
+		dst = append(dst, RefillRequest{Account: a.id, Units: a.lease.cur.units, Needed: a.lease.largestRefused,
+			RateStarved: a.rateStarved, WantsFunds: a.lease.wantRefill})
+		a.refillQueued, a.rateStarved = false, false
 	}
 	clear(e.refills)
 	e.refills = e.refills[:0]

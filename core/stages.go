@@ -107,20 +107,25 @@ func (e *Engine) Admit(c *RequestContext, work []WorkItem, slot UsageSlot, now i
 		return e.refuseAdmit(slot, deny(reason))
 	}
 	a := pe.acct
+	reqRate, reqBurst, unitRate, unitBurst, maxConc := a.effective(l)
 	if l.RequestRate != 0 {
-		if ok, wait := a.req.take(1, l.RequestRate, l.RequestBurst, now); !ok {
+		if ok, wait := a.req.take(1, reqRate, reqBurst, now); !ok {
+			e.starve(a)
 			return e.refuseAdmit(slot, Denial{Reason: DenyRequestRateLimited, RetryAfter: wait})
 		}
 	}
 	if l.UnitRate != 0 {
-		if ok, wait := a.units.take(uint64(p.quote), l.UnitRate, l.UnitBurst, now); !ok {
+		if ok, wait := a.units.take(uint64(p.quote), unitRate, unitBurst, now); !ok {
+			e.starve(a)
 			return e.refuseAdmit(slot, Denial{Reason: DenyRateLimited, RetryAfter: wait})
 		}
 	}
-	if l.PrincipalMaxConcurrent != 0 && pe.inflight >= l.PrincipalMaxConcurrent {
+	if l.PrincipalMaxConcurrent != 0 && pe.inflight >= min(l.PrincipalMaxConcurrent, maxConc) {
+		e.starve(a)
 		return e.refuseAdmit(slot, Denial{Reason: DenyConcurrencyLimited, RetryAfter: a.freeHint(pe.inflight)})
 	}
-	if l.MaxConcurrent != 0 && a.inflight >= l.MaxConcurrent {
+	if l.MaxConcurrent != 0 && a.inflight >= maxConc {
+		e.starve(a)
 		return e.refuseAdmit(slot, Denial{Reason: DenyConcurrencyLimited, RetryAfter: a.freeHint(a.inflight)})
 	}
 	if len(e.res.free) == 0 {

@@ -59,6 +59,7 @@ func (s *Shard) apply(m *Inbound, now int64) {
 		if s.engine.GrantLease(m.Account, m.Token, m.Units, m.Until, m.LowWater) != nil {
 			s.grantErrors++
 		}
+		s.grantSeq[m.Account] = m.Seq
 	case InEvidence:
 		s.engine.SetEvidence(m.Account, m.Evidence)
 	case InReclaimLease:
@@ -79,6 +80,11 @@ func (s *Shard) apply(m *Inbound, now int64) {
 		s.complete(m.Ticket, s.fillReply)
 	case InReady:
 		s.ready = true
+	case InShare:
+		if s.engine.SetShare(m.Account, m.Share) == nil {
+			s.outbox.Push(Outbound{Kind: OutShareAck, From: s.cfg.ID, Account: m.Account, Seq: m.Seq,
+				InFlight: s.engine.AccountInFlight(m.Account)})
+		}
 	}
 }
 
@@ -97,7 +103,11 @@ func (s *Shard) fail(ticket uint64, r core.DenyReason) {
 func (s *Shard) flushRefills() {
 	s.refills = s.engine.DrainRefills(s.refills[:0])
 	for _, r := range s.refills {
-		if !s.outbox.Push(Outbound{Kind: OutRefill, From: s.cfg.ID, Account: r.Account, Units: r.Units, Needed: r.Needed}) {
+		if r.RateStarved && !s.outbox.Push(Outbound{Kind: OutStarved, From: s.cfg.ID, Account: r.Account}) {
+			s.droppedRefills++
+		}
+		if r.WantsFunds && !s.outbox.Push(Outbound{Kind: OutRefill, From: s.cfg.ID, Account: r.Account, Units: r.Units,
+			Needed: r.Needed, Seq: s.grantSeq[r.Account]}) {
 			s.droppedRefills++
 		}
 	}

@@ -18,6 +18,7 @@ const (
 	InReply                          // the answer to an operation this shard forwarded
 	InReclaimLease                   // give back Account's unspent lease units
 	InReady                          // initial state delivered: /readyz may say ready
+	InShare                          // set Account's Share of its limits; the shard acknowledges Seq
 )
 
 // Inbound is one message from the control plane to a shard. Messages are
@@ -40,6 +41,8 @@ type Inbound struct {
 	LowWater  core.CostUnits
 	Res       uint64 // reservation handle (core.Reservation.ID)
 	Ticket    uint64 // the forwarding shard's deferred-request ticket
+	Share     core.Share
+	Seq       uint64
 }
 
 // Op is a reservation operation that may be forwarded between shards.
@@ -55,11 +58,13 @@ const (
 type OutKind uint8
 
 const (
-	OutUsage   OutKind = iota + 1 // Usage is billed
-	OutRefill                     // Account wants more funding (Units left, Needed)
-	OutReturn                     // Account's lease Token returns Units unspent
-	OutForward                    // forward Op on Res to shard To
-	OutReply                      // answer to a forwarded Op, for shard To
+	OutUsage    OutKind = iota + 1 // Usage is billed
+	OutRefill                      // Account wants more funding (Units left, Needed)
+	OutReturn                      // Account's lease Token returns Units unspent
+	OutForward                     // forward Op on Res to shard To
+	OutReply                       // answer to a forwarded Op, for shard To
+	OutStarved                     // Account's share refused a request here
+	OutShareAck                    // Account's share Seq applied, with InFlight reservations held
 )
 
 // Outbound is one message from a shard to the control plane.
@@ -78,4 +83,6 @@ type Outbound struct {
 	Res       uint64
 	Ticket    uint64
 	Principal core.Principal
+	Seq       uint64
+	InFlight  uint32
 }

@@ -186,3 +186,7 @@ func (s *Shard) requestID() core.RequestID {
 func equalDigest(a, b *credential.Digest) bool {
 	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
 }
+
+// ReplyUnknownReservation is the InReply status for a reservation no shard
+// owns, for the control plane to answer a forward it cannot route.
+const ReplyUnknownReservation = uint16(outcomeUnknown)

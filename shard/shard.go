@@ -39,6 +39,9 @@ type Shard struct {
 	hasher *credential.Hasher
 	cache  *credential.Cache
 	keys   map[core.Principal]credential.Digest
+	// grantSeq is the sequence of the last grant applied per account; refill
+	// requests carry it so the control plane ignores ones it already answered.
+	grantSeq map[core.AccountID]uint64
 
 	inbox  *ring.Doorbell[Inbound]  // control plane → shard
 	outbox *ring.Doorbell[Outbound] // shard → control plane
@@ -83,15 +86,16 @@ func New(cfg Config, in *ring.Doorbell[Inbound], out *ring.Doorbell[Outbound]) (
 		return nil, err
 	}
 	return &Shard{
-		cfg:    cfg,
-		engine: core.NewEngine(core.Config{MaxReservations: cfg.MaxReservations}),
-		hasher: h,
-		cache:  credential.NewCache(cfg.CredentialCache),
-		keys:   make(map[core.Principal]credential.Digest),
-		inbox:  in,
-		outbox: out,
-		rng:    mrand.NewChaCha8(seed),
-		out:    make([]byte, 0, 512),
-		hdr:    make([]byte, 0, 32),
+		cfg:      cfg,
+		engine:   core.NewEngine(core.Config{MaxReservations: cfg.MaxReservations}),
+		hasher:   h,
+		cache:    credential.NewCache(cfg.CredentialCache),
+		keys:     make(map[core.Principal]credential.Digest),
+		grantSeq: make(map[core.AccountID]uint64),
+		inbox:    in,
+		outbox:   out,
+		rng:      mrand.NewChaCha8(seed),
+		out:      make([]byte, 0, 512),
+		hdr:      make([]byte, 0, 32),
 	}, nil
 }

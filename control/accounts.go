@@ -1,0 +1,175 @@
+package control
+
+import (
+	"github.com/tollgated/tollgated/core"
+	"github.com/tollgated/tollgated/credential"
+	"github.com/tollgated/tollgated/shard"
+)
+
+// account is the plane's view of one account across shards.
+type account struct {
+	snap     *core.Snapshot
+	evidence *core.EvidenceCell
+	grantSeq []uint64 // per shard: sequence of the last grant sent
+
+	shares      []core.Share // per shard: what the shard enforces (or will, once acked)
+	lastStarved []int64      // per shard
+	inFlight    []uint32     // per shard, from the last share ack
+	starving    []bool       // per shard: refused funding, waiting for returns
+	reclaiming  bool         // other shards were asked to hand back units
+	lastReclaim int64
+	shrinking   int          // shrink acks outstanding in the current rebalance
+	planSeq     uint64
+	plan        []core.Share // the growth to send once every shrink is acked
+	again       bool         // starvation arrived mid-rebalance: rebalance once more
+}
+
+// Install publishes snap to every shard: a new account, or a newer policy.
+func (p *Plane) Install(snap *core.Snapshot) error {
+	if err := snap.Validate(); err != nil {
+		return err
+	}
+	var err error
+	p.Do(func() { err = p.install(snap) })
+	return err
+}
+
+func (p *Plane) install(snap *core.Snapshot) error {
+	n := len(p.links)
+	a := p.accounts[snap.Account]
+	fresh := a == nil
+	if fresh {
+		a = &account{
+			evidence:    new(core.EvidenceCell),
+			grantSeq:    make([]uint64, n),
+			lastStarved: make([]int64, n),
+			inFlight:    make([]uint32, n),
+			starving:    make([]bool, n),
+		}
+		p.accounts[snap.Account] = a
+	} else if snap.Generation <= a.snap.Generation {
+		return core.ErrOlderGeneration
+	}
+	a.snap = snap
+	p.broadcast(shard.Inbound{Kind: shard.InInstall, Snap: snap})
+	if fresh {
+		p.broadcast(shard.Inbound{Kind: shard.InEvidence, Account: snap.Account, Evidence: a.evidence})
+	} else {
+		// A policy change may change the budget view: old evidence must not
+		// refuse under the new policy.
+		a.evidence.Clear()
+	}
+	if !fresh {
+		// New limits are split like any rebalance: shrink first, then grow,
+		// so the shares never sum past either the old or the new limit.
+		if a.shrinking > 0 {
+			a.again = true
+		} else {
+			p.rebalance(snap.Account, a)
+		}
+		return nil
+	}
+	a.shares = equalShares(&snap.Limits, n)
+	a.planSeq++
+	for i := range n {
+		p.send(i, shard.Inbound{Kind: shard.InShare, Account: snap.Account, Share: a.shares[i], Seq: a.planSeq})
+		p.grant(i, snap.Account, a, 0)
+	}
+	return nil
+}
+
+// BindKey lets the key with digest d act for account on every shard.
+func (p *Plane) BindKey(d credential.Digest, id core.AccountID) {
+	p.Do(func() {
+		p.broadcast(shard.Inbound{Kind: shard.InBind, Principal: d.Principal(), Digest: d, Account: id})
+	})
+}
+
+// RevokeKey stops the key with digest d on every shard.
+func (p *Plane) RevokeKey(d credential.Digest) {
+	p.Do(func() { p.broadcast(shard.Inbound{Kind: shard.InUnbind, Principal: d.Principal()}) })
+}
+
+// MarkReady tells every shard its initial state is delivered.
+func (p *Plane) MarkReady() { p.Do(func() { p.broadcast(shard.Inbound{Kind: shard.InReady}) }) }
+
+// Snapshot returns the stats so far.
+func (p *Plane) Stats() Stats {
+	var s Stats
+	p.Do(func() { s = p.stats })
+	return s
+}
+
+// refill answers a shard's request for more funding, unless the shard has
+// not yet applied the last grant it was sent (its request is then stale).
+func (p *Plane) refill(from int, m *shard.Outbound) {
+	a := p.accounts[m.Account]
+	if a == nil || m.Seq < a.grantSeq[from] {
+		return
+	}
+	p.stats.Refills++
+	p.grant(from, m.Account, a, m.Needed)
+}
+
+func (p *Plane) grant(to int, id core.AccountID, a *account, need core.CostUnits) {
+	now := p.cfg.Now()
+	g, err := p.funder.Grant(id, p.cfg.Slice, need, now)
+	if err != nil {
+		p.stats.GrantErrors++
+		return
+	}
+	if g.HasEvidence {
+		a.evidence.Store(g.Evidence)
+	}
+	if g.Units == 0 {
+		// The balance is spoken for, possibly by other shards' slices: ask
+		// them to hand back what they have not spent, and fund this shard
+		// from the returns.
+		a.starving[to] = true
+		// Reclaiming is worth it only if units are out in other slices, and
+		// at most once per interval: refused shards keep asking on their
+		// own, so a pass that finds nothing must not loop.
+		if !a.reclaiming && g.HasEvidence && g.Evidence.Remaining > 0 && now-a.lastReclaim >= reclaimInterval {
+			a.reclaiming, a.lastReclaim = true, now
+			for i := range p.links {
+				if i != to {
+					p.send(i, shard.Inbound{Kind: shard.InReclaimLease, Account: id})
+				}
+			}
+		}
+		return
+	}
+	p.stats.Grants++
+	a.grantSeq[to]++
+	p.send(to, shard.Inbound{Kind: shard.InGrant, Account: id, Token: g.Token, Units: g.Units,
+		Until: g.Until, LowWater: p.cfg.LowWater, Seq: a.grantSeq[to]})
+}
+
+// Shutdown asks every shard to hand back its unspent lease units; the
+// returns arrive as OutReturn messages the plane passes to the funder.
+func (p *Plane) ReclaimLeases() {
+	p.Do(func() {
+		for id := range p.accounts {
+			p.broadcast(shard.Inbound{Kind: shard.InReclaimLease, Account: id})
+		}
+	})
+}
+
+// reclaimInterval bounds how often one account's slices are reclaimed.
+const reclaimInterval = int64(10e6)
+
+// fundStarving retries the grants of shards that found the balance spoken
+// for, once units come back.
+func (p *Plane) fundStarving(id core.AccountID) {
+	a := p.accounts[id]
+	if a == nil {
+		return
+	}
+	a.reclaiming = false
+	for i, starving := range a.starving {
+		if starving {
+			a.starving[i] = false
+			p.grant(i, id, a, 0)
+		}
+	}
+}

@@ -1,0 +1,220 @@
+// Package control is tollgated's control plane: one goroutine that feeds
+// shards their state (snapshots, keys, lease funding, shares of rate and
+// concurrency limits) and consumes what they send back (usage, refill
+// requests, forwarded reservation operations), only through SPSC rings.
+// It never blocks a shard: a message that finds a shard's inbox full waits
+// in a backlog here.
+package control
+
+import (
+	"errors"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tollgated/tollgated/core"
+	"github.com/tollgated/tollgated/ring"
+	"github.com/tollgated/tollgated/shard"
+)
+
+// Link is the pair of rings between the plane and one shard.
+type Link struct {
+	In  *ring.Doorbell[shard.Inbound]  // plane → shard
+	Out *ring.Doorbell[shard.Outbound] // shard → plane
+}
+
+// Config sets the plane's policy.
+type Config struct {
+	// Slice is how many units a refill asks the funder for, per shard.
+	Slice core.CostUnits
+	// LowWater is the slice level at which a shard asks for more.
+	LowWater core.CostUnits
+	// StarveWindow is how recently a shard must have run out of its share
+	// to count as busy when shares are rebalanced.
+	StarveWindow time.Duration
+	// IdleFloorPercent of each limit is spread over idle shards, so the
+	// first request on an idle shard is not refused; the busy shards share
+	// the rest.
+	IdleFloorPercent uint32
+	// Now reads the clock (tests inject one).
+	Now func() int64
+}
+
+// Plane is the control plane. Its exported methods other than Run are safe
+// to call from any goroutine: they queue work for the plane's goroutine.
+type Plane struct {
+	cfg      Config
+	links    []Link
+	funder   Funder
+	usage    UsageSink
+	cmds     chan func()
+	accounts map[core.AccountID]*account
+	backlog  [][]shard.Inbound
+	popBuf   []shard.Outbound
+	stats    Stats
+	fds      []unix.PollFd
+}
+
+// Stats counts what the plane did.
+type Stats struct {
+	Usage, Refills, Grants, Forwards, Rebalances, Backlogged uint64
+	GrantErrors                                               uint64
+}
+
+// New returns a plane over links, funded by funder, billing to usage.
+func New(cfg Config, links []Link, funder Funder, usage UsageSink) (*Plane, error) {
+	if len(links) == 0 || len(links) > 1<<15 {
+		return nil, errors.New("control: need 1 to 32768 shards")
+	}
+	if cfg.Slice == 0 {
+		cfg.Slice = 10_000
+	}
+	if cfg.StarveWindow == 0 {
+		cfg.StarveWindow = 250 * time.Millisecond
+	}
+	if cfg.IdleFloorPercent == 0 {
+		cfg.IdleFloorPercent = 2
+	}
+	if cfg.Now == nil {
+		cfg.Now = func() int64 { return time.Now().UnixNano() }
+	}
+	p := &Plane{
+		cfg: cfg, links: links, funder: funder, usage: usage,
+		cmds:     make(chan func(), 1024),
+		accounts: make(map[core.AccountID]*account),
+		backlog:  make([][]shard.Inbound, len(links)),
+		popBuf:   make([]shard.Outbound, 256),
+	}
+	for _, l := range links {
+		p.fds = append(p.fds, unix.PollFd{Fd: int32(l.Out.FD()), Events: unix.POLLIN})
+	}
+	return p, nil
+}
+
+// Do runs fn on the plane's goroutine and waits for it.
+func (p *Plane) Do(fn func()) {
+	done := make(chan struct{})
+	p.cmds <- func() { fn(); close(done) }
+	<-done
+}
+
+// Run is the plane's loop; it returns when stop is closed.
+func (p *Plane) Run(stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		worked := p.drainCommands()
+		for i := range p.links {
+			worked += p.drainShard(i)
+		}
+		p.flushBacklog()
+		if worked == 0 {
+			p.sleep()
+		}
+	}
+}
+
+func (p *Plane) drainCommands() int {
+	n := 0
+	for {
+		select {
+		case fn := <-p.cmds:
+			fn()
+			n++
+		default:
+			return n
+		}
+	}
+}
+
+// sleep waits for a shard to ring, or a short while for commands. Commands
+// arrive on a channel the poll cannot see, so the timeout bounds their
+// latency (1 ms).
+func (p *Plane) sleep() {
+	asleep := 0
+	for _, l := range p.links {
+		if !l.Out.BeginSleep() {
+			break
+		}
+		asleep++
+	}
+	if asleep == len(p.links) && len(p.cmds) == 0 {
+		unix.Poll(p.fds, 1)
+	}
+	for _, l := range p.links[:asleep] {
+		l.Out.EndSleep()
+		l.Out.Drain()
+	}
+}
+
+// send queues m for shard i, keeping order behind anything backlogged.
+func (p *Plane) send(i int, m shard.Inbound) {
+	if len(p.backlog[i]) == 0 && p.links[i].In.Push(m) {
+		return
+	}
+	p.stats.Backlogged++
+	p.backlog[i] = append(p.backlog[i], m)
+}
+
+func (p *Plane) broadcast(m shard.Inbound) {
+	for i := range p.links {
+		p.send(i, m)
+	}
+}
+
+func (p *Plane) flushBacklog() {
+	for i, q := range p.backlog {
+		n := 0
+		for n < len(q) && p.links[i].In.Push(q[n]) {
+			n++
+		}
+		if n > 0 {
+			clear(q[:n])
+			p.backlog[i] = append(q[:0], q[n:]...)
+		}
+	}
+}
+
+func (p *Plane) drainShard(i int) int {
+	k := p.links[i].Out.Ring().PopBatch(p.popBuf)
+	for j := range k {
+		p.handle(i, &p.popBuf[j])
+		p.popBuf[j] = shard.Outbound{}
+	}
+	return k
+}
+
+func (p *Plane) handle(from int, m *shard.Outbound) {
+	switch m.Kind {
+	case shard.OutUsage:
+		p.stats.Usage++
+		p.usage.Record(&m.Usage)
+		p.funder.Settle(&m.Usage)
+	case shard.OutRefill:
+		p.refill(from, m)
+	case shard.OutReturn:
+		if m.Units > 0 {
+			p.funder.Return(m.Account, m.Token, m.Units)
+		}
+		p.fundStarving(m.Account)
+	case shard.OutForward:
+		p.stats.Forwards++
+		if int(m.To) >= len(p.links) {
+			p.send(from, shard.Inbound{Kind: shard.InReply, Op: m.Op, Ticket: m.Ticket, Status: shard.ReplyUnknownReservation})
+			return
+		}
+		p.send(int(m.To), shard.Inbound{Kind: shard.InForward, Op: m.Op, From: m.From, Res: m.Res,
+			Units: m.Units, Principal: m.Principal, Ticket: m.Ticket})
+	case shard.OutReply:
+		p.send(int(m.To), shard.Inbound{Kind: shard.InReply, Op: m.Op, Ticket: m.Ticket, Status: m.Status,
+			Reason: m.Reason, Units: m.Units})
+	case shard.OutStarved:
+		p.starved(from, m.Account)
+	case shard.OutShareAck:
+		p.shareAck(from, m)
+	}
+}
+
