@@ -18,7 +18,7 @@ type account struct {
 	starving    []bool       // per shard: refused funding, waiting for returns
 	reclaiming  bool         // other shards were asked to hand back units
 	lastReclaim int64
-	shrinking   int          // shrink acks outstanding in the current rebalance
+	shrinking   int // shrink acks outstanding in the current rebalance
 	planSeq     uint64
 	plan        []core.Share // the growth to send once every shrink is acked
 	again       bool         // starvation arrived mid-rebalance: rebalance once more

@@ -48,8 +48,8 @@ type MemoryFunder struct {
 
 type memAccount struct {
 	balance, granted, returned, spent core.CostUnits
-	token                      uint64
-	scope                      core.Scope
+	token                             uint64
+	scope                             core.Scope
 }
 
 // NewMemoryFunder returns a funder with no accounts.

@@ -58,7 +58,7 @@ type Plane struct {
 // Stats counts what the plane did.
 type Stats struct {
 	Usage, Refills, Grants, Forwards, Rebalances, Backlogged uint64
-	GrantErrors                                               uint64
+	GrantErrors                                              uint64
 }
 
 // New returns a plane over links, funded by funder, billing to usage.
@@ -217,4 +217,3 @@ func (p *Plane) handle(from int, m *shard.Outbound) {
 		p.shareAck(from, m)
 	}
 }
-

@@ -31,8 +31,8 @@ type account struct {
 	holdAvg      int64
 	refillQueued bool
 	primaryTaken bool
-	shared       bool  // share, not the snapshot, sets rate and concurrency
-	rateStarved  bool  // the share refused a request since the last drain
+	shared       bool // share, not the snapshot, sets rate and concurrency
+	rateStarved  bool // the share refused a request since the last drain
 	share        Share
 	primary      principalEntry
 }
