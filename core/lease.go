@@ -29,20 +29,23 @@ type leaseFunds struct {
 //	granted == available + heldUnits + billed + returned
 //
 // where available counts the current and every retiring lease.
+//
+// The fields every debit and settlement touch come first.
 type LeaseSlot struct {
 	cur         leaseFunds
 	usableUntil int64 // Unix ns: debits and commits stop here (expiry − safety margin)
 	lowWater    CostUnits
-	retiring    [MaxRetiringLeases]leaseFunds
-
-	// largestRefused is the biggest quote refused for want of units since
-	// the last grant; the control plane grows the next grant to it.
-	largestRefused CostUnits
+	heldUnits   CostUnits
+	billed      CostUnits
 	// wantRefill is set by the debit that crosses low water (or is refused),
 	// and cleared when the control plane answers with a grant.
 	wantRefill bool
 
-	granted, heldUnits, billed, returned CostUnits
+	// largestRefused is the biggest quote refused for want of units since
+	// the last grant; the control plane grows the next grant to it.
+	largestRefused    CostUnits
+	granted, returned CostUnits
+	retiring          [MaxRetiringLeases]leaseFunds
 }
 
 // Grant adds units from the lease with fencing token token, usable until

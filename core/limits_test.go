@@ -34,7 +34,9 @@ func TestWeightedRateAndUnpriceable(t *testing.T) {
 	}
 	f.e.Cancel(r, t0)
 	// 1502 - 20 = 1482 left; a quote of 1502 must wait 20 units = 20 ms.
-	f.snap.Permissions |= 1 << 5
+	next := *f.snap
+	next.Generation, next.Permissions = 2, next.Permissions|1<<5
+	must(t, f.e.Install(&next))
 	_, d = f.admit([]WorkItem{{Op: 3, Count: 3}}, t0)
 	if d.Reason != DenyRateLimited || d.RetryAfter != 20e6 {
 		t.Fatalf("weighted: %+v", d)
@@ -47,7 +49,8 @@ func TestQuoteAboveBurstIsUnpriceableNotThrottled(t *testing.T) {
 	// republished burst below a quote the table can produce.
 	s := *f.snap
 	s.Generation, s.Limits.UnitBurst = 2, 50
-	f.e.accounts["acme"].snap = &s
+	a := f.e.accounts["acme"]
+	a.snap, a.cur = &s, s
 	if _, d := f.admit(oneReq, t0); d.Reason != DenyUnpriceableUnderLimits {
 		t.Fatalf("quote 102 over burst 50: %+v", d)
 	}

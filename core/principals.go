@@ -92,6 +92,7 @@ func (t *principalTable) grow() {
 	size := max(minPrincipalSlots, 2*len(t.slots))
 	old := t.slots
 	t.slots = make([]principalSlot, size)
+	adviseHugePages(t.slots)
 	t.shift = uint8(64 - bits.TrailingZeros(uint(size)))
 	t.n = 0
 	for _, s := range old {

@@ -63,17 +63,20 @@ const MaxHoldTimeout = int64(24 * 3600 * 1e9)
 // engine never modifies one after Install; replacing it means installing a
 // new one with a higher generation. Requests pin the snapshot they began
 // under, so a republication mid-request cannot change their answer.
+//
+// Field order is deliberate: what every request reads comes first, so the
+// engine's per-account copy keeps it on the fewest cache lines.
 type Snapshot struct {
-	Account     AccountID
-	Generation  uint64
 	Status      Status
+	Capacity    CapacityClass
 	ValidUntil  int64 // Unix ns; 0 means the snapshot does not expire
 	Permissions PermissionSet
 	Limits      Limits
 	Costs       CostTable
 	Mode        EnforcementMode
-	Capacity    CapacityClass
+	Generation  uint64
 	Revision    PolicyRevision
+	Account     AccountID
 	// Scope is the level this account occupies in its hierarchy, reported
 	// with funding refusals that the account's own ledger entry caused.
 	Scope Scope

@@ -52,14 +52,15 @@ func (e *Engine) Begin(p Principal, required PermissionSet, now int64) (RequestC
 	if pe == nil {
 		return RequestContext{}, e.refuse(DenyUnknownPrincipal)
 	}
-	s := pe.acct.snap
+	a := pe.acct
+	s := &a.cur
 	if r := standing(s, now); r != DenyNone {
 		return RequestContext{}, e.refuse(r)
 	}
 	if !s.Permissions.Has(required) {
 		return RequestContext{}, e.refuse(DenyMissingPermission)
 	}
-	return RequestContext{prin: pe, snap: s, ttl: s.Limits.HoldTimeout}, DenyNone
+	return RequestContext{prin: pe, snap: a.snap, ttl: s.Limits.HoldTimeout}, DenyNone
 }
 
 func standing(s *Snapshot, now int64) DenyReason {
@@ -85,10 +86,11 @@ func (e *Engine) refuse(r DenyReason) DenyReason {
 // refusal it releases it, on success the reservation records or releases it
 // exactly once. Rate tokens taken are not returned if a later check refuses.
 func (e *Engine) Admit(c *RequestContext, work []WorkItem, slot UsageSlot, now int64) (Reservation, Denial) {
-	s, pe := c.snap, c.prin
-	if s == nil {
+	pe := c.prin
+	if pe == nil {
 		return e.refuseAdmit(slot, deny(DenyUnknownPrincipal))
 	}
+	s := pe.acct.policy(c.snap)
 	if s.ValidUntil != 0 && now >= s.ValidUntil {
 		return e.refuseAdmit(slot, deny(DenySnapshotExpired))
 	}
@@ -138,7 +140,7 @@ func (e *Engine) Admit(c *RequestContext, work []WorkItem, slot UsageSlot, now i
 	idx, rs, _ := e.res.alloc()
 	pe.inflight++
 	a.inflight++
-	rs.acct, rs.prin, rs.snap, rs.usage = a, pe, s, slot
+	rs.acct, rs.prin, rs.snap, rs.usage = a, pe, c.snap, slot
 	rs.quote, rs.token, rs.fundedTil = p.quote, token, fundedTil
 	rs.admitted, rs.deadline, rs.permit = now, now+c.ttl, permitNone
 	rs.phase = phasePending
@@ -196,7 +198,7 @@ func (e *Engine) AcquireCapacity(r Reservation) error {
 		return ErrAlreadyCommitted
 	}
 	if e.gate != nil {
-		pm, ok := e.gate.acquire(rs.snap.Capacity)
+		pm, ok := e.gate.acquire(rs.acct.policy(rs.snap).Capacity)
 		if !ok {
 			rs.phase = phaseClosing
 			e.counters.Shed++
@@ -248,7 +250,7 @@ func (e *Engine) Commit(r Reservation, id RequestID, now int64) error {
 // fallBackToOverage moves a ready reservation whose lease lapsed onto
 // elastic overage, if the account is elastic and the cap has room.
 func (e *Engine) fallBackToOverage(rs *resSlot) bool {
-	m := rs.snap.Mode
+	m := rs.acct.policy(rs.snap).Mode
 	if !m.Elastic {
 		return false
 	}
@@ -314,13 +316,13 @@ func (e *Engine) bill(rs *resSlot, units CostUnits, at int64, lapsed bool) {
 	if rs.token == 0 {
 		src = SourceOverage
 	}
-	ev := &e.event // reused: building the event in place saves a copy per bill
-	*ev = UsageEvent{
-		RequestID: rs.request, Account: rs.acct.id, Principal: rs.prin.who,
-		Units: units, Quote: rs.quote, Source: src, FencingToken: rs.token,
-		OccurredAt: at, Generation: rs.snap.Generation, Revision: rs.snap.Revision,
-		Lapsed: lapsed,
-	}
+	// The event is built field by field in a reused engine field: a
+	// composite literal would be built on the stack and copied.
+	ev := &e.event
+	ev.RequestID, ev.Account, ev.Principal = rs.request, rs.acct.id, rs.prin.who
+	ev.Units, ev.Quote, ev.Source, ev.FencingToken = units, rs.quote, src, rs.token
+	pol := rs.acct.policy(rs.snap)
+	ev.OccurredAt, ev.Generation, ev.Revision, ev.Lapsed = at, pol.Generation, pol.Revision, lapsed
 	rs.usage.Record(ev)
 	rs.usage = nil
 	e.counters.UnitsBilled = mustAdd(e.counters.UnitsBilled, units)

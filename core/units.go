@@ -48,19 +48,24 @@ func (a CostUnits) Mul(n uint64) (CostUnits, error) {
 
 // mustAdd and mustSub are for sums whose bound an invariant already
 // guarantees (for example, refunding a quote into the lease it came from).
-// A failure there is a broken invariant, not bad input, so it panics.
+// A failure there is a broken invariant, not bad input, so it panics. They
+// are small enough to inline; the panic lives out of line.
 func mustAdd(a, b CostUnits) CostUnits {
-	s, err := a.Add(b)
-	if err != nil {
-		panic("core: invariant broken: " + err.Error())
+	s := a + b
+	if s < a {
+		brokenInvariant(ErrCostOverflow)
 	}
 	return s
 }
 
 func mustSub(a, b CostUnits) CostUnits {
-	d, err := a.Sub(b)
-	if err != nil {
-		panic("core: invariant broken: " + err.Error())
+	if b > a {
+		brokenInvariant(ErrCostUnderflow)
 	}
-	return d
+	return a - b
+}
+
+//go:noinline
+func brokenInvariant(err error) {
+	panic("core: invariant broken: " + err.Error())
 }
