@@ -34,10 +34,13 @@ fmt-check:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./bench/... ./seqlock/... ./ring/...
 
-# bench-http runs tollgated and the bare fasthttp baseline side by side
-# with the included loadtest, in alternating rounds (bounded to 5 minutes).
+# bench-http: tollgated vs a bare fasthttp server (bench/baseline), in
+# alternating >= 3 rounds of identical closed-loop POST /v1/check load from
+# cmd/loadtest, servers and load generator pinned to separate CPUs; <= 5
+# minutes, loopback only. tollgated serves a demo account for it.
+BENCH_KEY ?= bench-demo-key
 bench-http:
-	bash bench/http.sh
+	BENCH_KEY=$(BENCH_KEY) BENCH_TOLLGATED_ARGS="--demo-key $(BENCH_KEY) $(BENCH_TOLLGATED_ARGS)" bash bench/http.sh
 
 clean:
 	rm -rf $(BIN)

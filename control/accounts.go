@@ -8,9 +8,11 @@ import (
 
 // account is the plane's view of one account across shards.
 type account struct {
-	snap     *core.Snapshot
-	evidence *core.EvidenceCell
-	grantSeq []uint64 // per shard: sequence of the last grant sent
+	snap      *core.Snapshot
+	evidence  *core.EvidenceCell
+	grantSeq  []uint64         // per shard: sequence of the last grant sent
+	slice     []core.CostUnits // per shard: what its next refill asks for
+	lastGrant []int64          // per shard: when it was last granted
 
 	shares      []core.Share // per shard: what the shard enforces (or will, once acked)
 	lastStarved []int64      // per shard
@@ -42,6 +44,8 @@ func (p *Plane) install(snap *core.Snapshot) error {
 		a = &account{
 			evidence:    new(core.EvidenceCell),
 			grantSeq:    make([]uint64, n),
+			slice:       make([]core.CostUnits, n),
+			lastGrant:   make([]int64, n),
 			lastStarved: make([]int64, n),
 			inFlight:    make([]uint32, n),
 			starving:    make([]bool, n),
@@ -113,7 +117,7 @@ func (p *Plane) refill(from int, m *shard.Outbound) {
 
 func (p *Plane) grant(to int, id core.AccountID, a *account, need core.CostUnits) {
 	now := p.cfg.Now()
-	g, err := p.funder.Grant(id, p.cfg.Slice, need, now)
+	g, err := p.funder.Grant(id, p.nextSlice(a, to, now), need, now)
 	if err != nil {
 		p.stats.GrantErrors++
 		return
@@ -141,8 +145,11 @@ func (p *Plane) grant(to int, id core.AccountID, a *account, need core.CostUnits
 	}
 	p.stats.Grants++
 	a.grantSeq[to]++
+	a.lastGrant[to] = now
+	// Ask for more while half the slice is left, so a busy shard's refill
+	// arrives before it runs dry.
 	p.send(to, shard.Inbound{Kind: shard.InGrant, Account: id, Token: g.Token, Units: g.Units,
-		Until: g.Until, LowWater: p.cfg.LowWater, Seq: a.grantSeq[to]})
+		Until: g.Until, LowWater: g.Units / 2, Seq: a.grantSeq[to]})
 }
 
 // Shutdown asks every shard to hand back its unspent lease units; the
@@ -172,4 +179,19 @@ func (p *Plane) fundStarving(id core.AccountID) {
 			p.grant(i, id, a, 0)
 		}
 	}
+}
+
+// nextSlice sizes shard to's next grant from how fast it spent the last.
+func (p *Plane) nextSlice(a *account, to int, now int64) core.CostUnits {
+	s := a.slice[to]
+	switch since := now - a.lastGrant[to]; {
+	case s == 0:
+		s = p.cfg.Slice
+	case since < int64(p.cfg.SliceFast):
+		s = min(2*s, p.cfg.MaxSlice)
+	case since > int64(p.cfg.SliceSlow):
+		s = max(s/2, p.cfg.Slice)
+	}
+	a.slice[to] = s
+	return s
 }

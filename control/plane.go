@@ -25,10 +25,13 @@ type Link struct {
 
 // Config sets the plane's policy.
 type Config struct {
-	// Slice is how many units a refill asks the funder for, per shard.
-	Slice core.CostUnits
-	// LowWater is the slice level at which a shard asks for more.
-	LowWater core.CostUnits
+	// Slice is the smallest number of units a refill asks the funder for;
+	// MaxSlice the largest. Between them a shard's slice adapts to its
+	// spending: doubled when it comes back within SliceFast, halved when it
+	// took longer than SliceSlow, so a busy shard refills a few times a
+	// second and an idle one holds little.
+	Slice, MaxSlice      core.CostUnits
+	SliceFast, SliceSlow time.Duration
 	// StarveWindow is how recently a shard must have run out of its share
 	// to count as busy when shares are rebalanced.
 	StarveWindow time.Duration
@@ -68,6 +71,15 @@ func New(cfg Config, links []Link, funder Funder, usage UsageSink) (*Plane, erro
 	}
 	if cfg.Slice == 0 {
 		cfg.Slice = 10_000
+	}
+	if cfg.MaxSlice < cfg.Slice {
+		cfg.MaxSlice = max(cfg.Slice, 1<<32)
+	}
+	if cfg.SliceFast == 0 {
+		cfg.SliceFast = 250 * time.Millisecond
+	}
+	if cfg.SliceSlow == 0 {
+		cfg.SliceSlow = 2 * time.Second
 	}
 	if cfg.StarveWindow == 0 {
 		cfg.StarveWindow = 250 * time.Millisecond
@@ -216,4 +228,18 @@ func (p *Plane) handle(from int, m *shard.Outbound) {
 	case shard.OutShareAck:
 		p.shareAck(from, m)
 	}
+}
+
+// Idle reports whether the plane has nothing queued for any shard and no
+// shard has anything queued for it.
+func (p *Plane) Idle() bool {
+	idle := true
+	p.Do(func() {
+		for i, l := range p.links {
+			if len(p.backlog[i]) > 0 || l.Out.Ring().Len() > 0 || l.In.Ring().Len() > 0 {
+				idle = false
+			}
+		}
+	})
+	return idle
 }

@@ -36,6 +36,7 @@ func (s *Shard) Poll(now int64) int {
 	}
 	s.engine.Expire(now)
 	s.flushRefills()
+	s.Flush()
 	return n
 }
 
@@ -65,7 +66,7 @@ func (s *Shard) apply(m *Inbound, now int64) {
 	case InReclaimLease:
 		if l, err := s.engine.Lease(m.Account); err == nil {
 			ret := l.TakeUnspent()
-			s.outbox.Push(Outbound{Kind: OutReturn, From: s.cfg.ID, Account: m.Account, Token: ret.Token, Units: ret.Units})
+			s.send(Outbound{Kind: OutReturn, From: s.cfg.ID, Account: m.Account, Token: ret.Token, Units: ret.Units})
 		}
 	case InForward:
 		out := s.runOp(m.Op, core.ReservationFromID(m.Res), m.Principal, m.Units, now)
@@ -82,7 +83,7 @@ func (s *Shard) apply(m *Inbound, now int64) {
 		s.ready = true
 	case InShare:
 		if s.engine.SetShare(m.Account, m.Share) == nil {
-			s.outbox.Push(Outbound{Kind: OutShareAck, From: s.cfg.ID, Account: m.Account, Seq: m.Seq,
+			s.send(Outbound{Kind: OutShareAck, From: s.cfg.ID, Account: m.Account, Seq: m.Seq,
 				InFlight: s.engine.AccountInFlight(m.Account)})
 		}
 	}
@@ -103,10 +104,10 @@ func (s *Shard) fail(ticket uint64, r core.DenyReason) {
 func (s *Shard) flushRefills() {
 	s.refills = s.engine.DrainRefills(s.refills[:0])
 	for _, r := range s.refills {
-		if r.RateStarved && !s.outbox.Push(Outbound{Kind: OutStarved, From: s.cfg.ID, Account: r.Account}) {
+		if r.RateStarved && !s.send(Outbound{Kind: OutStarved, From: s.cfg.ID, Account: r.Account}) {
 			s.droppedRefills++
 		}
-		if r.WantsFunds && !s.outbox.Push(Outbound{Kind: OutRefill, From: s.cfg.ID, Account: r.Account, Units: r.Units,
+		if r.WantsFunds && !s.send(Outbound{Kind: OutRefill, From: s.cfg.ID, Account: r.Account, Units: r.Units,
 			Needed: r.Needed, Seq: s.grantSeq[r.Account]}) {
 			s.droppedRefills++
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -25,6 +26,17 @@ type config struct {
 	logLevel      zerolog.Level
 	shutdownGrace time.Duration
 	maxInFlight   int // reservations in flight per shard
+	secretHex     string
+	demoKey       string
+	demoUnits     uint64
+	cpuProfile    string
+	loop          loopLimits
+}
+
+// loopLimits are the per-shard transport bounds.
+type loopLimits struct {
+	maxHeaderBytes, maxBodyBytes, maxConns, maxOutput int
+	idle, header, body                                time.Duration
 }
 
 // errHelp and errVersion end start-up successfully before any set-up.
@@ -49,6 +61,17 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
 	fs.DurationVar(&c.shutdownGrace, "shutdown-grace", 10*time.Second, "how long SIGTERM waits for in-flight requests")
 	fs.IntVar(&c.maxInFlight, "max-in-flight", 1<<16, "reservations in flight per shard")
+	fs.StringVar(&c.secretHex, "secret", "", "server secret for customer key digests, hex, at least 32 bytes (default: random per run, so keys last one run)")
+	fs.StringVar(&c.demoKey, "demo-key", "", "provision a demo account \"demo\" with this API key, funded in memory (for trying tollgated and for benchmarks; the ledger and admin API replace it)")
+	fs.Uint64Var(&c.demoUnits, "demo-units", 1<<40, "units the demo account is funded with")
+	fs.IntVar(&c.loop.maxHeaderBytes, "max-header-bytes", 8<<10, "largest request head per request (431 beyond)")
+	fs.IntVar(&c.loop.maxBodyBytes, "max-body-bytes", 1<<20, "largest request body (413 beyond)")
+	fs.IntVar(&c.loop.maxConns, "max-conns", 10_000, "connections per shard")
+	fs.IntVar(&c.loop.maxOutput, "max-output", 64<<10, "response bytes a connection may leave unread before the shard stops reading it")
+	fs.DurationVar(&c.loop.idle, "idle-timeout", 60*time.Second, "close keep-alive connections idle this long")
+	fs.DurationVar(&c.loop.header, "header-timeout", 10*time.Second, "time allowed from a request's first byte to the end of its head")
+	fs.DurationVar(&c.loop.body, "body-timeout", 30*time.Second, "time allowed to receive a request body")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (for performance work)")
 	fs.BoolVar(&help, "help", false, "print this help and exit")
 	fs.BoolVar(&version, "version", false, "print the version and exit")
 	fs.Usage = func() {
@@ -113,6 +136,16 @@ func (c *config) finish(cpus, level string) error {
 	}
 	if c.shutdownGrace <= 0 {
 		return fmt.Errorf("--shutdown-grace must be positive")
+	}
+	if c.secretHex != "" {
+		b, err := hex.DecodeString(c.secretHex)
+		if err != nil || len(b) < 32 {
+			return fmt.Errorf("--secret must be at least 64 hex digits")
+		}
+	}
+	l := c.loop
+	if l.maxHeaderBytes < 256 || l.maxBodyBytes < 1 || l.maxConns < 1 || l.maxOutput < 1 || l.idle <= 0 || l.header <= 0 || l.body <= 0 {
+		return fmt.Errorf("transport limits must be positive (max-header-bytes at least 256)")
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"runtime/pprof"
 	"syscall"
 
 	"github.com/rs/zerolog"
@@ -65,6 +66,19 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, st
 		ch := make(chan struct{})
 		go func() { <-sig; close(ch) }()
 		stop = ch
+	}
+	if cfg.cpuProfile != "" {
+		f, err := os.Create(cfg.cpuProfile)
+		if err != nil {
+			fmt.Fprintf(stderr, "tollgated: %v\n", err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintf(stderr, "tollgated: %v\n", err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
 	}
 	d, err := startDaemon(cfg, log)
 	if err != nil {

@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -70,7 +73,9 @@ func TestStartsReportsShardsAndStops(t *testing.T) {
 	var out, logs syncBuffer
 	stop := make(chan struct{})
 	code := make(chan int, 1)
-	go func() { code <- run([]string{"--shards", "3", "--log-level", "debug"}, noEnv, &out, &logs, stop) }()
+	go func() {
+		code <- run([]string{"--shards", "3", "--listen", "127.0.0.1:0", "--demo-key", "k-demo", "--log-level", "debug"}, noEnv, &out, &logs, stop)
+	}()
 	deadline := time.Now().Add(10 * time.Second)
 	for !strings.Contains(logs.String(), "tollgated ready") {
 		if time.Now().After(deadline) {
@@ -80,6 +85,18 @@ func TestStartsReportsShardsAndStops(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), `"shard started"`); n != 3 {
 		t.Fatalf("%d shards reported, want 3:\n%s", n, logs.String())
+	}
+	addr := listenAddr(t, logs.String())
+	req, _ := http.NewRequest("POST", "http://"+addr+"/v1/check", strings.NewReader(`{"workload":[{"op":"requests","count":1}]}`))
+	req.Header.Set("Authorization", "Bearer k-demo")
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"decision":"admit"`) {
+		t.Fatalf("demo check = %d %s", resp.StatusCode, body)
 	}
 	close(stop)
 	select {
@@ -93,4 +110,16 @@ func TestStartsReportsShardsAndStops(t *testing.T) {
 	if !strings.Contains(logs.String(), `"stopped"`) {
 		t.Fatalf("no stop line:\n%s", logs.String())
 	}
+}
+
+// listenAddr finds the address in the "tollgated ready" log line.
+func listenAddr(t *testing.T, logs string) string {
+	for _, line := range strings.Split(logs, "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) == nil && m["message"] == "tollgated ready" {
+			return m["listen"].(string)
+		}
+	}
+	t.Fatalf("no ready line in:\n%s", logs)
+	return ""
 }

@@ -1,0 +1,18 @@
+//go:build !linux
+
+package main
+
+import (
+	"errors"
+
+	"github.com/rs/zerolog"
+)
+
+type daemon struct{}
+
+// startDaemon refuses: the data plane is an epoll event loop per shard.
+func startDaemon(cfg config, log zerolog.Logger) (*daemon, error) {
+	return nil, errors.New("tollgated's data plane needs Linux (epoll, SO_REUSEPORT, CPU affinity)")
+}
+
+func (d *daemon) shutdown() {}

@@ -1,0 +1,56 @@
+//go:build linux
+
+package httploop
+
+import (
+	"encoding/binary"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestWakeFD(t *testing.T) {
+	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(efd) }) // after the loop's cleanup stops it
+	var wakes atomic.Int64
+	start(t, testHandler, Config{
+		Wake:   WakeFD(efd),
+		OnWake: func() { wakes.Add(1) },
+		Tick:   time.Second, // so only the eventfd can explain a prompt wake
+	})
+	var one [8]byte
+	binary.NativeEndian.PutUint64(one[:], 1)
+	for i := range 3 {
+		if _, err := unix.Write(efd, one[:]); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 500*time.Millisecond, "OnWake", func() bool { return wakes.Load() > int64(i) })
+	}
+	// Drained: the descriptor no longer reads as ready.
+	time.Sleep(50 * time.Millisecond)
+	if _, err := unix.Read(efd, one[:]); err != unix.EAGAIN {
+		t.Fatalf("eventfd not drained: %v", err)
+	}
+}
+
+func TestWakePipe(t *testing.T) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_NONBLOCK|unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(p[0])
+	defer unix.Close(p[1])
+	if _, err := unix.Write(p[1], make([]byte, 1000)); err != nil {
+		t.Fatal(err)
+	}
+	WakeFD(p[0]).Drain()
+	var b [1]byte
+	if _, err := unix.Read(p[0], b[:]); err != unix.EAGAIN {
+		t.Fatalf("pipe not drained: %v", err)
+	}
+}

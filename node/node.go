@@ -1,0 +1,280 @@
+//go:build linux
+
+// Package node assembles one tollgated node: a shard per CPU, each on its
+// own pinned thread with its own SO_REUSEPORT listener and epoll loop
+// (httploop), and the control plane goroutine they reach through rings.
+package node
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
+
+	"github.com/tollgated/tollgated/affinity"
+	"github.com/tollgated/tollgated/control"
+	"github.com/tollgated/tollgated/httploop"
+	"github.com/tollgated/tollgated/ring"
+	"github.com/tollgated/tollgated/shard"
+)
+
+// Config describes a node.
+type Config struct {
+	Listen string // data-plane address every shard binds
+	// CPUs lists one CPU per shard; a shard is pinned to its CPU.
+	CPUs            []int
+	Secret          []byte // server secret for customer key digests
+	MaxReservations int    // per shard
+	Loop            httploop.Config
+	Plane           control.Config
+	Funder          control.Funder
+	Usage           control.UsageSink
+	// RingSize is each ring's capacity (a power of two). Default 8192.
+	RingSize int
+	Log      zerolog.Logger
+}
+
+// Node is a running node.
+type Node struct {
+	cfg     Config
+	plane   *control.Plane
+	runners []*runner
+	addr    string
+	stop    chan struct{}
+	planeWG sync.WaitGroup
+	loopWG  sync.WaitGroup
+}
+
+// Start brings a node up: rings, shards, listeners, loops, control plane.
+// It returns once every shard's loop is running.
+func Start(cfg Config) (*Node, error) {
+	if len(cfg.CPUs) == 0 {
+		return nil, errors.New("node: no CPUs to run shards on")
+	}
+	if cfg.RingSize == 0 {
+		cfg.RingSize = 8192
+	}
+	// Each shard's locked thread holds a Go scheduler slot (a P) whenever
+	// it is not blocked in a syscall. With only one P per CPU, the control
+	// plane, the garbage collector and the timers would run only in the gaps
+	// of the shards' syscalls, and a shard returning from one would wait for
+	// its P: tail latency. Two spare Ps keep them off the shards' backs.
+	if want := len(cfg.CPUs) + 2; runtime.GOMAXPROCS(0) < want {
+		runtime.GOMAXPROCS(want)
+	}
+	n := &Node{cfg: cfg, stop: make(chan struct{})}
+	links := make([]control.Link, len(cfg.CPUs))
+	addr := cfg.Listen
+	for i, cpu := range cfg.CPUs {
+		r, link, err := newRunner(i, cpu, addr, cfg)
+		if err != nil {
+			n.closeRunners()
+			return nil, fmt.Errorf("shard %d: %w", i, err)
+		}
+		addr = r.ln.Addr().String() // later shards bind the port the first one got
+		links[i] = link
+		n.runners = append(n.runners, r)
+	}
+	n.addr = addr
+	p, err := control.New(cfg.Plane, links, cfg.Funder, cfg.Usage)
+	if err != nil {
+		n.closeRunners()
+		return nil, err
+	}
+	n.plane = p
+	n.planeWG.Add(1)
+	go func() { defer n.planeWG.Done(); p.Run(n.stop) }()
+	started := make(chan error, len(n.runners))
+	for _, r := range n.runners {
+		n.loopWG.Add(1)
+		go func() { defer n.loopWG.Done(); r.run(started, cfg.Log) }()
+	}
+	var firstErr error
+	for range n.runners {
+		if err := <-started; err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	if firstErr != nil {
+		n.Shutdown(time.Now())
+		return nil, firstErr
+	}
+	return n, nil
+}
+
+// Plane is the node's control plane, for provisioning.
+func (n *Node) Plane() *control.Plane { return n.plane }
+
+// Addr is the data-plane address the shards listen on.
+func (n *Node) Addr() string { return n.addr }
+
+// Shards reports each shard's CPU and whether it is pinned there.
+func (n *Node) Shards() []ShardInfo {
+	out := make([]ShardInfo, len(n.runners))
+	for i, r := range n.runners {
+		out[i] = ShardInfo{ID: i, CPU: r.cpu, Pinned: r.pinned}
+	}
+	return out
+}
+
+// ShardInfo describes one shard.
+type ShardInfo struct {
+	ID, CPU int
+	Pinned  bool
+}
+
+// Stats sums the shards' transport counters.
+func (n *Node) Stats() []httploop.Stats {
+	out := make([]httploop.Stats, len(n.runners))
+	for i, r := range n.runners {
+		if r.loop != nil {
+			out[i] = r.loop.Stats()
+		}
+	}
+	return out
+}
+
+// Shutdown stops the node in the safe order: stop accepting and let
+// requests in flight finish (until deadline), then hand back every lease's
+// unspent units, then stop the control plane.
+func (n *Node) Shutdown(deadline time.Time) {
+	for _, r := range n.runners {
+		if r.loop != nil {
+			r.loop.Drain(deadline)
+		}
+	}
+	n.loopWG.Wait()
+	if n.plane != nil {
+		// The loops have stopped; the shards are quiescent, so this goroutine
+		// may poll them to carry out the plane's reclaim.
+		n.plane.ReclaimLeases()
+		until := time.Now().Add(time.Second)
+		for time.Now().Before(until) {
+			busy := 0
+			for _, r := range n.runners {
+				busy += r.s.Poll(time.Now().UnixNano())
+			}
+			if busy == 0 && n.plane.Idle() {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	close(n.stop)
+	n.planeWG.Wait()
+	n.closeRunners()
+}
+
+func (n *Node) closeRunners() {
+	for _, r := range n.runners {
+		r.close()
+	}
+}
+
+// runner is one shard and its loop.
+type runner struct {
+	cfgLoop httploop.Config
+	id, cpu int
+	pinned  bool
+	s       *shard.Shard
+	in      *ring.Doorbell[shard.Inbound]
+	out     *ring.Doorbell[shard.Outbound]
+	ln      *httploop.Listener
+	loop    *httploop.Loop
+
+	req     shard.Request
+	cur     *httploop.Ctx
+	now     int64
+	closeMu sync.Once
+}
+
+func newRunner(id, cpu int, addr string, cfg Config) (*runner, control.Link, error) {
+	r := &runner{id: id, cpu: cpu, cfgLoop: cfg.Loop}
+	inR, err := ring.New[shard.Inbound](cfg.RingSize)
+	if err != nil {
+		return nil, control.Link{}, err
+	}
+	outR, err := ring.New[shard.Outbound](cfg.RingSize)
+	if err != nil {
+		return nil, control.Link{}, err
+	}
+	if r.in, err = ring.NewDoorbell(inR); err != nil {
+		return nil, control.Link{}, err
+	}
+	if r.out, err = ring.NewDoorbell(outR); err != nil {
+		r.in.Close()
+		return nil, control.Link{}, err
+	}
+	r.s, err = shard.New(shard.Config{ID: uint16(id), Secret: cfg.Secret, MaxReservations: cfg.MaxReservations}, r.in, r.out)
+	if err == nil {
+		r.ln, err = httploop.Listen(addr)
+	}
+	if err != nil {
+		r.close()
+		return nil, control.Link{}, err
+	}
+	return r, control.Link{In: r.in, Out: r.out}, nil
+}
+
+// run pins the thread, builds the loop and runs it until it drains.
+func (r *runner) run(started chan<- error, log zerolog.Logger) {
+	err := affinity.Pin(r.cpu)
+	r.pinned = err == nil
+	if err != nil && !errors.Is(err, affinity.ErrUnsupported) {
+		log.Warn().Int("shard", r.id).Int("cpu", r.cpu).Err(err).Msg("pinning failed; shard runs unpinned")
+	}
+	lc := r.loopConfig()
+	loop, err := httploop.New(r.ln, r.handle, lc)
+	if err != nil {
+		started <- err
+		return
+	}
+	r.loop = loop
+	r.req.Defer = func() uint64 { return uint64(r.cur.Defer()) } // bound once, reused
+	r.s.SetCompleter(func(ticket uint64, fill func(*fasthttp.Response)) {
+		loop.Complete(httploop.Deferred(ticket), fill)
+	})
+	started <- nil
+	if err := loop.Run(); err != nil {
+		log.Error().Int("shard", r.id).Err(err).Msg("shard loop failed")
+	}
+}
+
+func (r *runner) loopConfig() httploop.Config {
+	lc := r.cfgLoop
+	lc.Wake = r.in
+	lc.OnWake = func() { r.s.Poll(r.now) }
+	lc.OnTick = func(now int64) {
+		r.now = now
+		r.s.Poll(now)
+	}
+	lc.OnFlush = r.s.Flush
+	return lc
+}
+
+// handle serves one request on the shard's thread. The shard.Request is
+// reused: nothing is allocated per request.
+func (r *runner) handle(x *httploop.Ctx) {
+	r.cur = x
+	r.req.Req, r.req.Resp, r.req.Now = x.Request, x.Response, x.Now
+	r.s.Serve(&r.req)
+	r.cur = nil
+}
+
+func (r *runner) close() {
+	r.closeMu.Do(func() {
+		if r.ln != nil && r.loop == nil {
+			r.ln.Close()
+		}
+		if r.in != nil {
+			r.in.Close()
+		}
+		if r.out != nil {
+			r.out.Close()
+		}
+	})
+}
