@@ -138,7 +138,7 @@ func (l *Loop) read(c *conn) bool {
 		c.in, c.r = c.in[:n], 0
 	}
 	space := cap(c.in) - len(c.in)
-	n, err := unix.Read(c.fd, c.in[len(c.in):cap(c.in)])
+	n, err := rawRead(c.fd, c.in[len(c.in):cap(c.in)])
 	switch {
 	case n > 0:
 		c.in = c.in[:len(c.in)+n]
@@ -169,7 +169,7 @@ func (l *Loop) read(c *conn) bool {
 // reports whether c is still open.
 func (l *Loop) flush(c *conn) bool {
 	for c.w < len(c.out) {
-		n, err := unix.Write(c.fd, c.out[c.w:])
+		n, err := rawWrite(c.fd, c.out[c.w:])
 		if n > 0 {
 			c.w += n
 			c.writeSince = l.now

@@ -252,7 +252,6 @@ func (r *runner) loopConfig() httploop.Config {
 		r.now = now
 		r.s.Poll(now)
 	}
-	lc.OnFlush = r.s.Flush
 	return lc
 }
 

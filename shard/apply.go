@@ -36,7 +36,6 @@ func (s *Shard) Poll(now int64) int {
 	}
 	s.engine.Expire(now)
 	s.flushRefills()
-	s.Flush()
 	return n
 }
 

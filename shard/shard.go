@@ -47,7 +47,6 @@ type Shard struct {
 	outbox *ring.Doorbell[Outbound] // shard → control plane
 
 	usageReserved int
-	unannounced   bool   // messages queued for the plane since the last Flush
 	lostUsage     uint64 // usage events that found no ring room: must stay 0
 
 	parser  fastjson.Parser

@@ -29,25 +29,20 @@ func (s *Shard) Record(ev *core.UsageEvent) {
 // Release returns an unused slot.
 func (s *Shard) Release() { s.usageReserved-- }
 
-// send queues m for the control plane without waking it: routine traffic
-// (usage, refills, acknowledgements) is announced once per loop iteration
-// by Flush, so a busy shard makes at most one doorbell syscall per
-// iteration rather than one per request. Forwarded operations, which a
-// client is waiting on, use the outbox's own Push, which rings at once.
+// send queues m for the control plane without waking it. Routine traffic
+// (usage, refills, acknowledgements) does not need the plane this instant:
+// the plane looks at every shard's ring on a short beat anyway, so a busy
+// shard makes no doorbell syscall for it — until the ring is a quarter
+// full, when waiting for the beat would risk shedding. Forwarded
+// operations, which a client is waiting on, use the outbox's Push, which
+// always rings.
 func (s *Shard) send(m Outbound) bool {
-	if !s.outbox.Ring().Push(m) {
+	r := s.outbox.Ring()
+	if !r.Push(m) {
 		return false
 	}
-	s.unannounced = true
-	return true
-}
-
-// Flush wakes the control plane if anything was queued since the last
-// Flush. The shard's loop calls it at the end of every iteration; Poll
-// calls it too.
-func (s *Shard) Flush() {
-	if s.unannounced {
-		s.unannounced = false
+	if r.Len() > r.Cap()/4 {
 		s.outbox.Notify()
 	}
+	return true
 }
