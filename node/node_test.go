@@ -32,7 +32,7 @@ type testNode struct {
 	url    string
 }
 
-func startNode(t *testing.T, shards int) *testNode {
+func startNode(t testing.TB, shards int) *testNode {
 	t.Helper()
 	funder := control.NewMemoryFunder(3600e9)
 	usage := &control.MemoryUsage{}
@@ -48,7 +48,7 @@ func startNode(t *testing.T, shards int) *testNode {
 	return &testNode{Node: n, funder: funder, usage: usage, url: "http://" + n.Addr()}
 }
 
-func (tn *testNode) provision(t *testing.T, id core.AccountID, key string, limits core.Limits, deposit core.CostUnits) {
+func (tn *testNode) provision(t testing.TB, id core.AccountID, key string, limits core.Limits, deposit core.CostUnits) {
 	t.Helper()
 	if err := tn.funder.Deposit(id, deposit, core.ScopeAgent); err != nil {
 		t.Fatal(err)
