@@ -2,6 +2,7 @@ package bench
 
 import (
 	"math/rand/v2"
+	"runtime"
 	"strconv"
 	"testing"
 
@@ -144,4 +145,23 @@ func accessOrder(pattern string, n, length int) []int32 {
 		}
 	}
 	return order
+}
+
+// BenchmarkMemoryPerAccount reports the heap an engine holds per account
+// (its state, its own snapshot copy, its principal, its table slot) plus
+// the caller's snapshot, averaged over 100k accounts.
+func BenchmarkMemoryPerAccount(b *testing.B) {
+	const n = 100_000
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		e, ps := engineWith(b, n, nil)
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		runtime.KeepAlive(e)
+		runtime.KeepAlive(ps)
+		perPrincipalSlice := 16.0 // the benchmark's own []Principal
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n-perPrincipalSlice, "bytes/account")
+	}
 }

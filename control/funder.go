@@ -116,7 +116,7 @@ func (f *MemoryFunder) Return(account core.AccountID, token uint64, units core.C
 func (f *MemoryFunder) Settle(ev *core.UsageEvent) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if a := f.balances[ev.Account]; a != nil && ev.Source == core.SourceLease {
+	if a := f.balances[ev.Account()]; a != nil && ev.Source == core.SourceLease {
 		a.spent += ev.Units
 	}
 }

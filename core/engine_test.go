@@ -3,6 +3,7 @@ package core
 import (
 	"errors"
 	"testing"
+	"unsafe"
 )
 
 const t0 = int64(1_700_000_000e9)
@@ -115,8 +116,8 @@ func TestFullPathBillsOnce(t *testing.T) {
 		t.Fatalf("%d events, want 1", len(f.usage.events))
 	}
 	ev := f.usage.events[0]
-	if ev.Units != 90 || ev.Quote != 102 || ev.Account != "acme" || ev.FencingToken != 1 ||
-		ev.Source != SourceLease || ev.RequestID != (RequestID{Lo: 7}) || ev.Generation != 1 || ev.Lapsed {
+	if ev.Units != 90 || ev.Quote != 102 || ev.Account() != "acme" || ev.FencingToken != 1 ||
+		ev.Source != SourceLease || ev.RequestID != (RequestID{Lo: 7}) || ev.Generation() != 1 || ev.Lapsed {
 		t.Fatalf("event = %+v", ev)
 	}
 	if got := f.lease(); got.Held != 0 || got.Billed != 90 || got.Available != 1_000_000-90 {
@@ -278,7 +279,7 @@ func TestPinnedGenerationSurvivesRepublication(t *testing.T) {
 	f.e.AcquireCapacity(r)
 	f.e.Commit(r, RequestID{}, t0)
 	f.e.Finish(r, 1, t0)
-	if f.usage.events[0].Generation != 1 {
+	if f.usage.events[0].Generation() != 1 {
 		t.Fatal("bill does not name the pinned generation")
 	}
 	if err := f.e.Install(f.snap); !errors.Is(err, ErrOlderGeneration) {
@@ -332,5 +333,23 @@ func TestReservationAccessors(t *testing.T) {
 	f.e.Cancel(r, t0)
 	if _, ok := f.e.PrincipalOf(r); ok || f.e.Quote(r) != 0 || f.e.Deadline(r) != 0 {
 		t.Fatal("accessors answer for an ended reservation")
+	}
+}
+
+// TestPolicyIsTwoCacheLines keeps the hot policy copy within two lines: the
+// scale benchmarks depend on how few lines an admission touches.
+func TestPolicyIsTwoCacheLines(t *testing.T) {
+	if s := unsafe.Sizeof(policy{}); s > 128 {
+		t.Fatalf("policy is %d bytes, more than two cache lines", s)
+	}
+	// The request path's state ends with the lease's first 56 bytes, which
+	// must still fall in the account's fourth line.
+	if end := unsafe.Offsetof(account{}.lease) + 56; end > 4*64 {
+		t.Fatalf("the lease's hot part ends at byte %d, past the fourth line", end)
+	}
+	// Accounts live in arena chunks that start page-aligned; a size that is
+	// a whole number of lines keeps every account line-aligned.
+	if s := unsafe.Sizeof(account{}); s%64 != 0 {
+		t.Fatalf("account is %d bytes, not a whole number of cache lines", s)
 	}
 }

@@ -37,6 +37,9 @@ type LeaseSlot struct {
 	lowWater    CostUnits
 	heldUnits   CostUnits
 	billed      CostUnits
+	// Above: what every debit and settlement touch (56 bytes). Below: read
+	// only when something is signalled.
+
 	// wantRefill is set by the debit that crosses low water (or is refused),
 	// and cleared when the control plane answers with a grant.
 	wantRefill bool
@@ -95,27 +98,30 @@ func (s *LeaseSlot) freeRetiring() int {
 	return -1
 }
 
-// debit takes quote from the current lease for a new reservation.
-func (s *LeaseSlot) debit(quote CostUnits, now int64) DenyReason {
+// debit takes quote from the current lease for a new reservation. signal
+// reports that the slot wants a refill (a refusal, or low water crossed),
+// so the caller reads wantRefill's cold line only then.
+func (s *LeaseSlot) debit(quote CostUnits, now int64) (r DenyReason, signal bool) {
 	switch {
 	case s.cur.token == 0:
 		s.wantRefill = true
-		return DenyLeaseUnavailable
+		return DenyLeaseUnavailable, true
 	case now >= s.usableUntil:
 		s.wantRefill = true
-		return DenyLeaseExpired
+		return DenyLeaseExpired, true
 	case s.cur.units < quote:
 		s.largestRefused = max(s.largestRefused, quote)
 		s.wantRefill = true
-		return DenyLeaseExhausted
+		return DenyLeaseExhausted, true
 	}
 	s.cur.units -= quote
 	s.cur.held++
 	s.heldUnits = mustAdd(s.heldUnits, quote)
 	if s.cur.units < s.lowWater {
 		s.wantRefill = true
+		return DenyNone, true
 	}
-	return DenyNone
+	return DenyNone, false
 }
 
 // settle closes a reservation of quote funded by the lease with token,

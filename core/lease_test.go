@@ -44,7 +44,7 @@ func TestLeaseGrantRefusals(t *testing.T) {
 	}
 	// Fill every retiring place with a lease that still funds a reservation.
 	for tok := uint64(6); tok < 6+MaxRetiringLeases; tok++ {
-		if r := s.debit(1, t0-1); r != DenyNone {
+		if r, _ := s.debit(1, t0-1); r != DenyNone {
 			t.Fatal(r)
 		}
 		must(t, s.Grant(tok, 10, t0, 0))

@@ -50,7 +50,8 @@ func TestQuoteAboveBurstIsUnpriceableNotThrottled(t *testing.T) {
 	s := *f.snap
 	s.Generation, s.Limits.UnitBurst = 2, 50
 	a := f.e.accounts["acme"]
-	a.snap, a.cur = &s, s
+	p := compilePolicy(&s)
+	a.snap, a.pinned, a.hot = &s, &p, p
 	if _, d := f.admit(oneReq, t0); d.Reason != DenyUnpriceableUnderLimits {
 		t.Fatalf("quote 102 over burst 50: %+v", d)
 	}

@@ -82,7 +82,8 @@ type resSlot struct {
 
 	acct      *account
 	prin      *principalEntry
-	snap      *Snapshot
+	pol       *policy
+	who       Principal
 	quote     CostUnits
 	token     uint64 // funding lease; 0 = overage
 	fundedTil int64  // funding usable until (Unix ns); commit must be before it
@@ -135,7 +136,7 @@ func (t *resTable) release(idx uint32) {
 	t.slots[last].pos = s.pos
 	t.live = t.live[:len(t.live)-1]
 	s.gen++
-	s.acct, s.prin, s.snap, s.usage = nil, nil, nil, nil
+	s.acct, s.prin, s.pol, s.usage = nil, nil, nil, nil
 	s.phase = phaseFree
 	t.free = append(t.free, idx)
 }

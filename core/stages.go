@@ -6,24 +6,25 @@ import "sync/atomic"
 // Begin resolved: limits read from it are the ones the request is judged by.
 type RequestContext struct {
 	prin *principalEntry
-	snap *Snapshot
+	pol  *policy
+	who  Principal
 	ttl  int64
 }
 
 // Snapshot is the pinned snapshot.
-func (c *RequestContext) Snapshot() *Snapshot { return c.snap }
+func (c *RequestContext) Snapshot() *Snapshot { return c.pol.src }
 
 // Limits are the pinned limits; decode the body under these.
-func (c *RequestContext) Limits() *Limits { return &c.snap.Limits }
+func (c *RequestContext) Limits() *Limits { return &c.pol.Limits }
 
 // Generation is the pinned snapshot's generation.
-func (c *RequestContext) Generation() uint64 { return c.snap.Generation }
+func (c *RequestContext) Generation() uint64 { return c.pol.Generation }
 
 // PolicyRevision is the pinned policy revision.
-func (c *RequestContext) PolicyRevision() *PolicyRevision { return &c.snap.Revision }
+func (c *RequestContext) PolicyRevision() *PolicyRevision { return &c.pol.src.Revision }
 
 // Account is the account the request acts for.
-func (c *RequestContext) Account() AccountID { return c.snap.Account }
+func (c *RequestContext) Account() AccountID { return c.pol.src.Account }
 
 // SetTTL overrides how long the reservation may live (ns), clamped to
 // (0, MaxHoldTimeout]. The default is the snapshot's HoldTimeout.
@@ -34,10 +35,10 @@ func (c *RequestContext) SetTTL(ttl int64) {
 // Require checks permissions the request names only in its body (decoded
 // after Begin) against the pinned snapshot, counting a refusal.
 func (e *Engine) Require(c *RequestContext, perms PermissionSet) DenyReason {
-	if c.snap == nil {
+	if c.pol == nil {
 		return e.refuse(DenyUnknownPrincipal)
 	}
-	if !c.snap.Permissions.Has(perms) {
+	if !c.pol.Permissions.Has(perms) {
 		return e.refuse(DenyMissingPermission)
 	}
 	return DenyNone
@@ -53,17 +54,17 @@ func (e *Engine) Begin(p Principal, required PermissionSet, now int64) (RequestC
 		return RequestContext{}, e.refuse(DenyUnknownPrincipal)
 	}
 	a := pe.acct
-	s := &a.cur
+	s := &a.hot
 	if r := standing(s, now); r != DenyNone {
 		return RequestContext{}, e.refuse(r)
 	}
 	if !s.Permissions.Has(required) {
 		return RequestContext{}, e.refuse(DenyMissingPermission)
 	}
-	return RequestContext{prin: pe, snap: a.snap, ttl: s.Limits.HoldTimeout}, DenyNone
+	return RequestContext{prin: pe, pol: a.pinned, who: p, ttl: s.Limits.HoldTimeout}, DenyNone
 }
 
-func standing(s *Snapshot, now int64) DenyReason {
+func standing(s *policy, now int64) DenyReason {
 	switch {
 	case s.Status == StatusSuspended:
 		return DenyAccountSuspended
@@ -90,7 +91,7 @@ func (e *Engine) Admit(c *RequestContext, work []WorkItem, slot UsageSlot, now i
 	if pe == nil {
 		return e.refuseAdmit(slot, deny(DenyUnknownPrincipal))
 	}
-	s := pe.acct.policy(c.snap)
+	s := pe.acct.policy(c.pol)
 	if s.ValidUntil != 0 && now >= s.ValidUntil {
 		return e.refuseAdmit(slot, deny(DenySnapshotExpired))
 	}
@@ -140,7 +141,7 @@ func (e *Engine) Admit(c *RequestContext, work []WorkItem, slot UsageSlot, now i
 	idx, rs, _ := e.res.alloc()
 	pe.inflight++
 	a.inflight++
-	rs.acct, rs.prin, rs.snap, rs.usage = a, pe, c.snap, slot
+	rs.acct, rs.prin, rs.pol, rs.usage, rs.who = a, pe, c.pol, slot, c.who
 	rs.quote, rs.token, rs.fundedTil = p.quote, token, fundedTil
 	rs.admitted, rs.deadline, rs.permit = now, now+c.ttl, permitNone
 	rs.phase = phasePending
@@ -160,16 +161,16 @@ func (e *Engine) refuseAdmit(slot UsageSlot, d Denial) (Reservation, Denial) {
 // fund debits quote from the account's lease, or from elastic overage. On
 // failure it returns the lease's (or overage cap's) reason; the caller turns
 // it into the reported refusal, consulting funding evidence.
-func (e *Engine) fund(a *account, s *Snapshot, quote CostUnits, now int64) (token uint64, until int64, r DenyReason) {
-	r = a.lease.debit(quote, now)
-	if a.lease.wantRefill {
+func (e *Engine) fund(a *account, s *policy, quote CostUnits, now int64) (token uint64, until int64, r DenyReason) {
+	r, signal := a.lease.debit(quote, now)
+	if signal {
 		e.noteRefill(a)
 	}
 	if r == DenyNone {
 		return a.lease.cur.token, a.lease.usableUntil, DenyNone
 	}
-	if s.Mode.Elastic {
-		if sum, err := a.overage.Add(quote); err == nil && sum <= s.Mode.OverageCap {
+	if s.Elastic {
+		if sum, err := a.overage.Add(quote); err == nil && sum <= s.OverageCap {
 			a.overage = sum
 			e.counters.Overage++
 			return 0, 0, DenyNone
@@ -198,7 +199,7 @@ func (e *Engine) AcquireCapacity(r Reservation) error {
 		return ErrAlreadyCommitted
 	}
 	if e.gate != nil {
-		pm, ok := e.gate.acquire(rs.acct.policy(rs.snap).Capacity)
+		pm, ok := e.gate.acquire(rs.acct.policy(rs.pol).Capacity)
 		if !ok {
 			rs.phase = phaseClosing
 			e.counters.Shed++
@@ -250,7 +251,7 @@ func (e *Engine) Commit(r Reservation, id RequestID, now int64) error {
 // fallBackToOverage moves a ready reservation whose lease lapsed onto
 // elastic overage, if the account is elastic and the cap has room.
 func (e *Engine) fallBackToOverage(rs *resSlot) bool {
-	m := rs.acct.policy(rs.snap).Mode
+	m := rs.acct.policy(rs.pol)
 	if !m.Elastic {
 		return false
 	}
@@ -319,10 +320,9 @@ func (e *Engine) bill(rs *resSlot, units CostUnits, at int64, lapsed bool) {
 	// The event is built field by field in a reused engine field: a
 	// composite literal would be built on the stack and copied.
 	ev := &e.event
-	ev.RequestID, ev.Account, ev.Principal = rs.request, rs.acct.id, rs.prin.who
+	ev.RequestID, ev.Principal, ev.Policy = rs.request, rs.who, rs.pol.src
 	ev.Units, ev.Quote, ev.Source, ev.FencingToken = units, rs.quote, src, rs.token
-	pol := rs.acct.policy(rs.snap)
-	ev.OccurredAt, ev.Generation, ev.Revision, ev.Lapsed = at, pol.Generation, pol.Revision, lapsed
+	ev.OccurredAt, ev.Lapsed = at, lapsed
 	rs.usage.Record(ev)
 	rs.usage = nil
 	e.counters.UnitsBilled = mustAdd(e.counters.UnitsBilled, units)

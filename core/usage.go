@@ -12,19 +12,31 @@ const (
 // per committed reservation: by Finish, or by Expire at its deadline.
 type UsageEvent struct {
 	RequestID    RequestID
-	Account      AccountID
 	Principal    Principal
 	Units        CostUnits // billed, ≤ Quote
 	Quote        CostUnits
 	Source       UsageSource
 	FencingToken uint64
 	OccurredAt   int64 // Unix ns: finish time, or the deadline for a lapsed one
-	Generation   uint64
-	Revision     PolicyRevision
+	// Policy is the snapshot the request was admitted under: it names the
+	// account, the generation and the policy revision. It is immutable, and
+	// a pointer, so billing never reads it on the engine's thread (with a
+	// million accounts that read would be a cache miss per request); the
+	// event's consumers read it where they write the bill.
+	Policy *Snapshot
 	// Lapsed is true for a reservation billed at its quote because it was
 	// never finished before its deadline.
 	Lapsed bool
 }
+
+// Account is the billed account.
+func (ev *UsageEvent) Account() AccountID { return ev.Policy.Account }
+
+// Generation is the generation of the policy the request was judged by.
+func (ev *UsageEvent) Generation() uint64 { return ev.Policy.Generation }
+
+// Revision is that policy's opaque revision.
+func (ev *UsageEvent) Revision() *PolicyRevision { return &ev.Policy.Revision }
 
 // UsageSlot is capacity reserved in advance for exactly one usage event.
 // Obtaining one is the backpressure decision (before reading the body);

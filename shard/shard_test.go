@@ -146,7 +146,7 @@ func TestCheckAdmitsAndBills(t *testing.T) {
 			usage = append(usage, m.Usage)
 		}
 	}
-	if len(usage) != 1 || usage[0].Units != 1210 || usage[0].Account != "acme" {
+	if len(usage) != 1 || usage[0].Units != 1210 || usage[0].Account() != "acme" {
 		t.Fatalf("usage = %+v", usage)
 	}
 	if h.s.usageReserved != 0 {
