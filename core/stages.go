@@ -320,7 +320,9 @@ func (e *Engine) bill(rs *resSlot, units CostUnits, at int64, lapsed bool) {
 	// The event is built field by field in a reused engine field: a
 	// composite literal would be built on the stack and copied.
 	ev := &e.event
-	ev.RequestID, ev.Principal, ev.Policy = rs.request, rs.who, rs.pol.src
+	// Through the account's hot copy: rs.pol is the pinned heap copy, and
+	// reading through it would be a cache miss per bill.
+	ev.RequestID, ev.Principal, ev.Policy = rs.request, rs.who, rs.acct.policy(rs.pol).src
 	ev.Units, ev.Quote, ev.Source, ev.FencingToken = units, rs.quote, src, rs.token
 	ev.OccurredAt, ev.Lapsed = at, lapsed
 	rs.usage.Record(ev)
