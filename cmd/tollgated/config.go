@@ -54,10 +54,10 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	var cpus, level string
 	var help, version bool
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "data-plane listen address (every shard binds it with SO_REUSEPORT)")
-	fs.StringVar(&c.admin, "admin", "127.0.0.1:9091", "admin API listen address (loopback by default)")
+	fs.StringVar(&c.admin, "admin", "127.0.0.1:9091", "admin API listen address, loopback by default (the admin API arrives with the ledger)")
 	fs.IntVar(&c.shards, "shards", 0, "number of shards (default: one per allowed CPU)")
 	fs.StringVar(&cpus, "cpus", "", "CPUs to pin shards to, Linux cpulist syntax such as 0-3,6 (default: the CPUs this process may use)")
-	fs.StringVar(&c.dataDir, "data-dir", "./tollgated-data", "directory for the ledger and the usage spool")
+	fs.StringVar(&c.dataDir, "data-dir", "./tollgated-data", "directory for the ledger and the usage spool (used once the ledger lands)")
 	fs.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
 	fs.DurationVar(&c.shutdownGrace, "shutdown-grace", 10*time.Second, "how long SIGTERM waits for in-flight requests")
 	fs.IntVar(&c.maxInFlight, "max-in-flight", 1<<16, "reservations in flight per shard")
