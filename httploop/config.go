@@ -69,11 +69,6 @@ type Config struct {
 	// OnTick, when set, runs once per loop iteration with that iteration's
 	// clock reading (Unix nanoseconds), the same one handlers see as Ctx.Now.
 	OnTick func(now int64)
-
-	// OnFlush, when set, runs at the end of every iteration, after the
-	// iteration's requests were handled and before the loop may block: the
-	// place to announce, once, work the handlers queued for other threads.
-	OnFlush func()
 }
 
 // lingerTimeout bounds how long a connection being closed after an answer

@@ -242,9 +242,6 @@ func (l *Loop) Run() error {
 		}
 		l.runReady()
 		l.sweep()
-		if l.cfg.OnFlush != nil {
-			l.cfg.OnFlush()
-		}
 		if d := l.drainAt.Load(); d != 0 && l.drainStep(d) {
 			return nil
 		}
