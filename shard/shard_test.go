@@ -369,3 +369,36 @@ func TestCheckAllocatesNothingWhenWarm(t *testing.T) {
 		t.Fatalf("/v1/check allocates %v per request", a)
 	}
 }
+
+// TestDeadlinesThroughTheAPI: a reservation left pending past its ttl_ms
+// expires with no charge; one committed but never finished is billed at
+// its quote, marked lapsed — both by the shard's own loop (Poll).
+func TestDeadlinesThroughTheAPI(t *testing.T) {
+	h := newHarness(t, 0, 1024)
+	h.provision("acme", "key-acme", 100_000)
+	h.drainOut()
+	_, b1, _ := h.do("POST", "/v1/admit", "key-acme", `{"workload":[{"op":"requests","count":1}],"ttl_ms":1000}`)
+	pending := b1["reservation"].(string)
+	_, b2, _ := h.do("POST", "/v1/admit", "key-acme", `{"workload":[{"op":"input_tokens","count":70}],"ttl_ms":1000}`)
+	committed := b2["reservation"].(string)
+	if st, _, _ := h.do("POST", "/v1/commit", "key-acme", `{"reservation":"`+committed+`"}`); st != 200 {
+		t.Fatal("commit")
+	}
+	h.s.Poll(t0 + 2e9) // past both deadlines and the sweep interval
+	if st, b, _ := h.do("POST", "/v1/commit", "key-acme", `{"reservation":"`+pending+`"}`); st != 404 {
+		t.Fatalf("expired pending reservation = %d %v", st, b)
+	}
+	var usage []core.UsageEvent
+	for _, m := range h.drainOut() {
+		if m.Kind == OutUsage {
+			usage = append(usage, m.Usage)
+		}
+	}
+	if len(usage) != 1 || !usage[0].Lapsed || usage[0].Units != 70 {
+		t.Fatalf("lapsed bill = %+v", usage)
+	}
+	l, _ := h.s.engine.Lease("acme")
+	if b := l.Balance(); b.Held != 0 || b.Billed != 70 || !b.Conserved() {
+		t.Fatalf("lease after expiry: %+v", b)
+	}
+}
