@@ -22,13 +22,18 @@ func Allowed() ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
+	return cpusOf(set), nil
+}
+
+// cpusOf lists the CPUs in set, sorted.
+func cpusOf(set unix.CPUSetDynamic) []int {
 	var cpus []int
 	for cpu := range MaxCPU {
 		if set.IsSet(cpu) {
 			cpus = append(cpus, cpu)
 		}
 	}
-	return cpus, nil
+	return cpus
 }
 
 // Pin locks the calling goroutine to its OS thread and binds that thread to

@@ -22,13 +22,7 @@ func threadMask() ([]int, error) {
 	if err := unix.SchedGetaffinityDynamic(0, set); err != nil {
 		return nil, err
 	}
-	var cpus []int
-	for cpu := range MaxCPU {
-		if set.IsSet(cpu) {
-			cpus = append(cpus, cpu)
-		}
-	}
-	return cpus, nil
+	return cpusOf(set), nil
 }
 
 // currentCPU returns the CPU the calling thread is running on.
