@@ -81,6 +81,19 @@ func (f *fixture) start(work []WorkItem, now int64) Reservation {
 	return r
 }
 
+// admitAndCancel admits n requests for alice and cancels each, failing the
+// test on a refusal: it spends rate tokens without holding anything.
+func (f *fixture) admitAndCancel(n int, now int64) {
+	f.t.Helper()
+	for range n {
+		r, d := f.admit(oneReq, now)
+		if d.Denied() {
+			f.t.Fatal(d)
+		}
+		f.e.Cancel(r, now)
+	}
+}
+
 func (f *fixture) lease() LeaseBalance {
 	l, err := f.e.Lease("acme")
 	must(f.t, err)

@@ -7,13 +7,7 @@ import (
 
 func TestRequestRateRefusesWithExactRetry(t *testing.T) {
 	f := newFixture(t, func(s *Snapshot, _ *Config) { s.Limits.RequestRate, s.Limits.RequestBurst = 4, 2 })
-	for range 2 {
-		r, d := f.admit(oneReq, t0)
-		if d.Denied() {
-			t.Fatal(d)
-		}
-		f.e.Cancel(r, t0)
-	}
+	f.admitAndCancel(2, t0)
 	_, d := f.admit(oneReq, t0)
 	if d.Reason != DenyRequestRateLimited || d.RetryAfter != 250e6 {
 		t.Fatalf("third request: %+v, want request_rate_limited after 250ms", d)

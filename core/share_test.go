@@ -9,13 +9,7 @@ func TestShareLimitsAnEngineAndSignalsStarvation(t *testing.T) {
 	})
 	must(t, f.e.SetShare("acme", Share{RequestRate: 10, RequestBurst: 2, UnitRate: 100_000, UnitBurst: 200_000, MaxConcurrent: 8}))
 	f.e.DrainRefills(nil)
-	for range 2 {
-		r, d := f.admit(oneReq, t0)
-		if d.Denied() {
-			t.Fatal(d)
-		}
-		f.e.Cancel(r, t0)
-	}
+	f.admitAndCancel(2, t0)
 	_, d := f.admit(oneReq, t0)
 	if d.Reason != DenyRequestRateLimited || d.RetryAfter != 100e6 {
 		t.Fatalf("share of 2 exceeded: %+v", d)
