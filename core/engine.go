@@ -62,6 +62,7 @@ func (a *account) policy(p *policy) *policy {
 
 type principalEntry struct {
 	acct     *account
+	who      Principal
 	inflight uint32
 }
 
@@ -146,7 +147,7 @@ func (e *Engine) Bind(p Principal, id AccountID) error {
 		pe = &principalEntry{}
 	}
 	a.primaryTaken = true
-	*pe = principalEntry{acct: a}
+	*pe = principalEntry{acct: a, who: p}
 	e.principals.put(p, pe)
 	return nil
 }
@@ -270,7 +271,7 @@ func (e *Engine) Deadline(r Reservation) int64 {
 // PrincipalOf is the principal that admitted a live reservation.
 func (e *Engine) PrincipalOf(r Reservation) (Principal, bool) {
 	if rs := e.res.lookup(r); rs != nil {
-		return rs.who, true
+		return rs.prin.who, true
 	}
 	return Principal{}, false
 }

@@ -2,8 +2,9 @@ package core
 
 // policy is the part of a snapshot the request path reads. The engine keeps
 // one copy inside each account (hot) and one on the heap that requests pin.
-// It is exactly two cache lines (TestPolicyIsTwoCacheLines); the elastic
-// mode is flattened into it so the flag shares the status word.
+// It fits two cache lines (TestPolicyIsTwoCacheLines); the elastic flag
+// shares the status word, and what only rare paths need (the generation,
+// the overage cap) is read through src.
 type policy struct {
 	Status      Status
 	Capacity    CapacityClass
@@ -12,8 +13,6 @@ type policy struct {
 	Permissions PermissionSet
 	Limits      Limits
 	Costs       CostTable
-	Generation  uint64
-	OverageCap  CostUnits
 	// src is the snapshot this was compiled from, passed on with usage
 	// events; the request path never reads through it.
 	src *Snapshot
@@ -22,7 +21,6 @@ type policy struct {
 func compilePolicy(s *Snapshot) policy {
 	return policy{
 		Status: s.Status, Capacity: s.Capacity, ValidUntil: s.ValidUntil, Permissions: s.Permissions,
-		Limits: s.Limits, Costs: s.Costs, Generation: s.Generation,
-		Elastic: s.Mode.Elastic, OverageCap: s.Mode.OverageCap, src: s,
+		Limits: s.Limits, Costs: s.Costs, Elastic: s.Mode.Elastic, src: s,
 	}
 }

@@ -19,7 +19,7 @@ func TestPrincipalTableMatchesMap(t *testing.T) {
 			k := rapid.SampledFrom(keys).Draw(t, "key")
 			switch rapid.IntRange(0, 2).Draw(t, "op") {
 			case 0:
-				e := &principalEntry{inflight: uint32(k.Hi)}
+				e := &principalEntry{who: k}
 				tab.put(k, e)
 				oracle[k] = e
 			case 1:

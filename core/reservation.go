@@ -83,7 +83,6 @@ type resSlot struct {
 	acct      *account
 	prin      *principalEntry
 	pol       *policy
-	who       Principal
 	quote     CostUnits
 	token     uint64 // funding lease; 0 = overage
 	fundedTil int64  // funding usable until (Unix ns); commit must be before it

@@ -7,7 +7,6 @@ import "sync/atomic"
 type RequestContext struct {
 	prin *principalEntry
 	pol  *policy
-	who  Principal
 	ttl  int64
 }
 
@@ -18,7 +17,7 @@ func (c *RequestContext) Snapshot() *Snapshot { return c.pol.src }
 func (c *RequestContext) Limits() *Limits { return &c.pol.Limits }
 
 // Generation is the pinned snapshot's generation.
-func (c *RequestContext) Generation() uint64 { return c.pol.Generation }
+func (c *RequestContext) Generation() uint64 { return c.pol.src.Generation }
 
 // PolicyRevision is the pinned policy revision.
 func (c *RequestContext) PolicyRevision() *PolicyRevision { return &c.pol.src.Revision }
@@ -61,7 +60,7 @@ func (e *Engine) Begin(p Principal, required PermissionSet, now int64) (RequestC
 	if !s.Permissions.Has(required) {
 		return RequestContext{}, e.refuse(DenyMissingPermission)
 	}
-	return RequestContext{prin: pe, pol: a.pinned, who: p, ttl: s.Limits.HoldTimeout}, DenyNone
+	return RequestContext{prin: pe, pol: a.pinned, ttl: s.Limits.HoldTimeout}, DenyNone
 }
 
 func standing(s *policy, now int64) DenyReason {
@@ -141,7 +140,7 @@ func (e *Engine) Admit(c *RequestContext, work []WorkItem, slot UsageSlot, now i
 	idx, rs, _ := e.res.alloc()
 	pe.inflight++
 	a.inflight++
-	rs.acct, rs.prin, rs.pol, rs.usage, rs.who = a, pe, c.pol, slot, c.who
+	rs.acct, rs.prin, rs.pol, rs.usage = a, pe, c.pol, slot
 	rs.quote, rs.token, rs.fundedTil = p.quote, token, fundedTil
 	rs.admitted, rs.deadline, rs.permit = now, now+c.ttl, permitNone
 	rs.phase = phasePending
@@ -170,7 +169,7 @@ func (e *Engine) fund(a *account, s *policy, quote CostUnits, now int64) (token 
 		return a.lease.cur.token, a.lease.usableUntil, DenyNone
 	}
 	if s.Elastic {
-		if sum, err := a.overage.Add(quote); err == nil && sum <= s.OverageCap {
+		if sum, err := a.overage.Add(quote); err == nil && sum <= s.src.Mode.OverageCap {
 			a.overage = sum
 			e.counters.Overage++
 			return 0, 0, DenyNone
@@ -257,7 +256,7 @@ func (e *Engine) fallBackToOverage(rs *resSlot) bool {
 	}
 	a := rs.acct
 	sum, err := a.overage.Add(rs.quote)
-	if err != nil || sum > m.OverageCap {
+	if err != nil || sum > m.src.Mode.OverageCap {
 		return false
 	}
 	a.lease.settle(rs.token, rs.quote, 0)
@@ -322,7 +321,7 @@ func (e *Engine) bill(rs *resSlot, units CostUnits, at int64, lapsed bool) {
 	ev := &e.event
 	// Through the account's hot copy: rs.pol is the pinned heap copy, and
 	// reading through it would be a cache miss per bill.
-	ev.RequestID, ev.Principal, ev.Policy = rs.request, rs.who, rs.acct.policy(rs.pol).src
+	ev.RequestID, ev.Principal, ev.Policy = rs.request, rs.prin.who, rs.acct.policy(rs.pol).src
 	ev.Units, ev.Quote, ev.Source, ev.FencingToken = units, rs.quote, src, rs.token
 	ev.OccurredAt, ev.Lapsed = at, lapsed
 	rs.usage.Record(ev)
