@@ -29,9 +29,9 @@ type account struct {
 	// state), measured by BenchmarkFullPathAccounts. pinned is the heap copy
 	// of the same policy that requests pin; a pinned request reads hot only
 	// while pinned is still the installed one, when the two are equal.
-	hot     policy         // lines 0-1
-	pinned  *policy        // line 2
-	primary principalEntry // line 2
+	hot     policy         // lines 0-1 (112 bytes)
+	pinned  *policy        // line 1
+	primary principalEntry // lines 1-2
 	// holdAvg is a moving average of how long reservations are held (ns),
 	// used to tell a concurrency-limited caller when a slot may free up.
 	holdAvg  int64
