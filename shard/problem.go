@@ -93,12 +93,16 @@ func (s *Shard) writeDenial(resp *fasthttp.Response, d core.Denial) {
 	}
 	b = append(b, '}')
 	s.out = b
+	if r == core.DenyUnknownPrincipal {
+		resp.Header.SetBytesV("WWW-Authenticate", bearerChallenge)
+	}
 	resp.SetStatusCode(denyStatus[r])
 	resp.Header.SetContentTypeBytes(problemJSON)
 	resp.SetBody(b)
 }
 
 var (
+	bearerChallenge = []byte(`Bearer realm="tollgated"`)
 	problemJSON     = []byte("application/problem+json")
 	applicationJSON = []byte("application/json")
 )

@@ -257,6 +257,9 @@ func TestRefusalsAreProblems(t *testing.T) {
 		if ct := string(resp.Header.ContentType()); ct != "application/problem+json" {
 			t.Errorf("%s: content type %q", c.name, ct)
 		}
+		if c.status == 401 && string(resp.Header.Peek("WWW-Authenticate")) != `Bearer realm="tollgated"` {
+			t.Errorf("%s: 401 without a Bearer challenge", c.name)
+		}
 	}
 	if h.s.usageReserved != 0 {
 		t.Fatalf("refusals leaked %d usage slots", h.s.usageReserved)
