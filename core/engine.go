@@ -48,7 +48,7 @@ type account struct {
 	share                     Share
 	evidence                  *EvidenceCell
 	primaryTaken              bool
-	_                         [16]byte // to a whole number of cache lines (TestPolicyIsTwoCacheLines)
+	_                         [80]byte // to 512 bytes: 128-byte aligned, see TestPolicyIsTwoCacheLines
 }
 
 // policy returns the policy a request pinned to p must be judged by: the
