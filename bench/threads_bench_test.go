@@ -2,6 +2,7 @@ package bench
 
 import (
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -64,7 +65,7 @@ func BenchmarkConcurrent(b *testing.B) {
 			binds := map[core.Principal]core.AccountID{}
 			ps := make([]core.Principal, tc.accounts)
 			for i := range ps {
-				s := snapshot(core.AccountID("acct-" + itoaBench(i)))
+				s := snapshot(core.AccountID("acct-" + strconv.Itoa(i)))
 				c.With(s.Account, func(e *core.Engine) error {
 					if err := e.Install(s); err != nil {
 						return err
@@ -101,17 +102,4 @@ func BenchmarkConcurrent(b *testing.B) {
 			})
 		})
 	}
-}
-
-func itoaBench(i int) string {
-	if i == 0 {
-		return "0"
-	}
-	var b [20]byte
-	n := len(b)
-	for ; i > 0; i /= 10 {
-		n--
-		b[n] = byte('0' + i%10)
-	}
-	return string(b[n:])
 }

@@ -2,6 +2,7 @@ package core
 
 import (
 	"errors"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,7 +14,7 @@ func newConcurrentFixture(t testing.TB, stripes int, accounts int) (*Concurrent,
 	var ps []Principal
 	for i := range accounts {
 		s := validSnapshot()
-		s.Account = AccountID("acct-" + itoa(i))
+		s.Account = AccountID("acct-" + strconv.Itoa(i))
 		err := c.With(s.Account, func(e *Engine) error {
 			if err := e.Install(s); err != nil {
 				return err
@@ -31,19 +32,6 @@ func newConcurrentFixture(t testing.TB, stripes int, accounts int) (*Concurrent,
 		t.Fatal(err)
 	}
 	return c, ps
-}
-
-func itoa(i int) string {
-	var b [20]byte
-	n := len(b)
-	for {
-		n--
-		b[n] = byte('0' + i%10)
-		i /= 10
-		if i == 0 {
-			return string(b[n:])
-		}
-	}
 }
 
 // TestCommitCancelRaceHasOneWinner races a worker's start against a
@@ -96,8 +84,8 @@ func TestCommitCancelRaceHasOneWinner(t *testing.T) {
 		t.Fatalf("slots: %d recorded, %d released", discarded, released)
 	}
 	for i := range ps {
-		c.With(AccountID("acct-"+itoa(i)), func(e *Engine) error {
-			l, _ := e.Lease(AccountID("acct-" + itoa(i)))
+		c.With(AccountID("acct-"+strconv.Itoa(i)), func(e *Engine) error {
+			l, _ := e.Lease(AccountID("acct-" + strconv.Itoa(i)))
 			if b := l.Balance(); !b.Conserved() || b.Held != 0 {
 				t.Errorf("lease after race: %+v", b)
 			}

@@ -9,6 +9,7 @@ import (
 	"github.com/valyala/fastjson"
 
 	"github.com/tollgated/tollgated/core"
+	"github.com/tollgated/tollgated/credential"
 )
 
 // Request is one HTTP exchange as the shard sees it: the parsed request,
@@ -84,7 +85,7 @@ func (s *Shard) authenticate(req *fasthttp.Request, now int64) (core.Principal, 
 	}
 	p := d.Principal()
 	stored, ok := s.keys[p]
-	if !ok || !equalDigest(&stored, &d) {
+	if !ok || !credential.Equal(&stored, &d) {
 		return core.Principal{}, false
 	}
 	s.cache.Store(key, p, now+s.cfg.CredentialTTL)

@@ -1,7 +1,6 @@
 package shard
 
 import (
-	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"strconv"
@@ -9,7 +8,6 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/tollgated/tollgated/core"
-	"github.com/tollgated/tollgated/credential"
 )
 
 // reservationLen is the wire length of a reservation id: 4 hex digits of
@@ -181,10 +179,6 @@ func (s *Shard) writeJSON(resp *fasthttp.Response, status int, body []byte) {
 // syscall, no lock, no allocation.
 func (s *Shard) requestID() core.RequestID {
 	return core.RequestID{Hi: s.rng.Uint64(), Lo: s.rng.Uint64()}
-}
-
-func equalDigest(a, b *credential.Digest) bool {
-	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
 }
 
 // ReplyUnknownReservation is the InReply status for a reservation no shard
