@@ -1,0 +1,274 @@
+// Package ledger keeps money exactly and durably: accounts and their
+// hierarchy, budgets and deposits, leases that fund the shards, idempotent
+// usage ingest, and the keys, tokens and audit trail the admin API manages.
+//
+// Every account obeys, after every transaction (invariant L1):
+//
+//	Deposited + Overage == Balance + Outstanding + Settled + Loss + Expired
+//
+// where Balance = AllowanceLeft + TopUpLeft. Store is the interface every
+// backend implements; ledgertest holds the conformance suite they all pass.
+// Time is always an argument (Unix ns): stores read no clock.
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/tollgated/tollgated/core"
+)
+
+// Period is how often a budget's allowance renews, on UTC boundaries.
+type Period uint8
+
+const (
+	PeriodNone  Period = iota // no allowance; top-ups only
+	PeriodDay                 // 00:00 UTC each day
+	PeriodWeek                // 00:00 UTC each Monday
+	PeriodMonth               // 00:00 UTC on the 1st
+)
+
+// Budget is an account's renewing allowance.
+type Budget struct {
+	Allowance core.CostUnits
+	Period    Period
+}
+
+// AccountSpec is what creates an account. Creation is idempotent: the same
+// spec again returns the existing account; a different spec for an existing
+// id is ErrConflict and changes nothing.
+type AccountSpec struct {
+	ID       core.AccountID
+	Parent   core.AccountID // "" for a root; the parent must exist
+	Capacity core.CapacityClass
+	// Unmetered accounts hold no money of their own: their charges are
+	// funded by their metered ancestors only. A root must be metered, so
+	// every charge is bounded by at least one balance.
+	Unmetered bool
+}
+
+// Account is the ledger's view of one account.
+type Account struct {
+	AccountSpec
+	Scope  core.Scope // agent, workspace or org: its depth in the hierarchy
+	Status core.Status
+	// Policy is the admin API's policy document, stored verbatim; the
+	// ledger does not interpret it. PolicyGeneration increases by one with
+	// every policy, status or capacity change, so published snapshots can
+	// be ordered.
+	Policy           []byte
+	PolicyGeneration uint64
+	Budget           Budget
+
+	// Money, in units. See the package comment for the equation.
+	Deposited     core.CostUnits // top-ups plus every allowance ever granted
+	Overage       core.CostUnits // usage billed beyond funding (elastic, post-paid)
+	AllowanceLeft core.CostUnits // this period's allowance not yet leased or spent
+	TopUpLeft     core.CostUnits // top-ups not yet leased or spent
+	Outstanding   core.CostUnits // granted to active leases, not yet settled or returned
+	Settled       core.CostUnits // billed usage
+	Loss          core.CostUnits // forfeited by leases reclaimed after expiry
+	Expired       core.CostUnits // allowance left over at a period's end
+
+	PeriodStart, PeriodEnd int64 // current budget period; both 0 when PeriodNone
+	NextToken              uint64
+}
+
+// Balance is what the account can still lease or spend on its own.
+func (a *Account) Balance() core.CostUnits { return a.AllowanceLeft + a.TopUpLeft }
+
+// Conserved checks invariant L1 for a, with checked arithmetic.
+func (a *Account) Conserved() error {
+	lhs, err := a.Deposited.Add(a.Overage)
+	if err != nil {
+		return err
+	}
+	rhs := a.AllowanceLeft
+	for _, t := range []core.CostUnits{a.TopUpLeft, a.Outstanding, a.Settled, a.Loss, a.Expired} {
+		if rhs, err = rhs.Add(t); err != nil {
+			return err
+		}
+	}
+	if lhs != rhs {
+		return fmt.Errorf("%w: account %s: deposited %d + overage %d != balance %d+%d + outstanding %d + settled %d + loss %d + expired %d",
+			ErrNotConserved, a.ID, a.Deposited, a.Overage, a.AllowanceLeft, a.TopUpLeft, a.Outstanding, a.Settled, a.Loss, a.Expired)
+	}
+	return nil
+}
+
+// LeaseState is where a lease is in its life.
+type LeaseState uint8
+
+const (
+	LeaseActive    LeaseState = iota + 1
+	LeaseReleased             // returned by its holder; unspent units credited
+	LeaseReclaimed            // expired unreleased; remainder forfeited as loss
+)
+
+// Lease is funding granted to a node for one account. Units were taken from
+// the account and from each metered ancestor (Funders).
+type Lease struct {
+	ID        uint64 // unique in the store
+	Account   core.AccountID
+	Token     uint64 // fencing token: strictly increasing per account, from 1
+	Granted   core.CostUnits
+	Used      core.CostUnits // usage settled against it
+	Credited  core.CostUnits // unspent units returned by a release
+	State     LeaseState
+	GrantedAt int64
+	ExpiresAt int64 // usable until ExpiresAt; reclaimable after ExpiresAt + grace
+}
+
+// Evidence is what the ledger attests about an account's funding at a grant
+// or refusal: Remaining is an upper bound on what the account can still
+// spend (the tightest metered scope's balance plus its outstanding leases),
+// as of the scope's PeriodEnd (0: no period).
+type Evidence = core.FundingEvidence
+
+// Refusal is returned (as error) when a lease cannot be granted; it names
+// the scope that refused and carries the evidence.
+type Refusal struct {
+	Reason   RefusalReason
+	Account  core.AccountID // the account (self or ancestor) that refused
+	Evidence Evidence
+}
+
+// RefusalReason says why a grant was refused.
+type RefusalReason uint8
+
+const (
+	RefusedExhausted    RefusalReason = iota + 1 // a scope's balance is 0
+	RefusedInsufficient                          // a scope cannot fund the needed quote
+	RefusedInactive                              // the account or an ancestor is suspended or closed
+)
+
+func (r *Refusal) Error() string {
+	return fmt.Sprintf("ledger: grant refused by %s (%s): remaining %d", r.Account, r.Evidence.Scope, r.Evidence.Remaining)
+}
+
+// UsageSource says what funded a usage record.
+type UsageSource uint8
+
+const (
+	UsageLease    UsageSource = iota + 1 // a lease: LeaseID and Token must match it
+	UsageOverage                         // elastic overage beyond the lease
+	UsagePostPaid                        // reported after the fact (seed 000 POST /v1/usage)
+)
+
+// Usage is one billed event. ID makes ingest idempotent.
+type Usage struct {
+	ID         [16]byte
+	Account    core.AccountID
+	Source     UsageSource
+	LeaseID    uint64
+	Token      uint64
+	Units      core.CostUnits
+	OccurredAt int64
+}
+
+// IngestResult is what ingest did with one event, exactly once per ID.
+type IngestResult uint8
+
+const (
+	Accepted IngestResult = iota + 1
+	Duplicate
+	Rejected // unknown account or lease, token mismatch, or no lease capacity left
+)
+
+// Key is an API key record. The secret is never stored: only its digest.
+type Key struct {
+	ID        string
+	Account   core.AccountID
+	Digest    [32]byte
+	CreatedAt int64
+	Revoked   bool
+}
+
+// PlatformToken authorizes seed-000 callers (agent runtimes).
+type PlatformToken struct {
+	ID        string
+	Digest    [32]byte
+	CreatedAt int64
+	Revoked   bool
+}
+
+// AuditRecord is one admin mutation with its before and after state.
+type AuditRecord struct {
+	Seq    uint64 // assigned by the store, increasing
+	At     int64
+	Actor  string
+	Action string
+	Target string
+	Before []byte // JSON, nil when there was nothing before
+	After  []byte
+}
+
+// Store is a ledger backend. All methods are safe for concurrent use and
+// each mutation is one atomic, durable transaction: it returns only after
+// the change is on disk, and a failed call changes nothing.
+type Store interface {
+	CreateAccount(ctx context.Context, spec AccountSpec, now int64) (acct Account, created bool, err error)
+	Account(ctx context.Context, id core.AccountID) (Account, error)
+	Accounts(ctx context.Context) ([]Account, error)
+	SetStatus(ctx context.Context, id core.AccountID, s core.Status) (Account, error)
+	SetPolicy(ctx context.Context, id core.AccountID, policy []byte) (Account, error)
+	// SetBudget sets the schedule; a new period starts at the current
+	// boundary and deposits one allowance if none was granted for it.
+	SetBudget(ctx context.Context, id core.AccountID, b Budget, now int64) (Account, error)
+	// Deposit adds a top-up, idempotent by key: a repeat returns dup=true
+	// and changes nothing.
+	Deposit(ctx context.Context, id core.AccountID, units core.CostUnits, key string, now int64) (acct Account, dup bool, err error)
+
+	// Acquire grants a new lease of up to want units (at least need when
+	// the balance can fund it), usable for ttl. A refusal is a *Refusal.
+	Acquire(ctx context.Context, id core.AccountID, want, need core.CostUnits, ttl, now int64) (Lease, Evidence, error)
+	// Consolidate releases lease (crediting unspent) and grants its
+	// replacement in one transaction.
+	Consolidate(ctx context.Context, leaseID, token uint64, unspent, want, need core.CostUnits, ttl, now int64) (Lease, Evidence, error)
+	// Release credits unspent (≤ Granted − Used) and ends the lease.
+	Release(ctx context.Context, leaseID, token uint64, unspent core.CostUnits, now int64) error
+	// Reclaim ends up to limit active leases past ExpiresAt+grace, oldest
+	// first, forfeiting each remainder as loss. It reports how many.
+	Reclaim(ctx context.Context, now, grace int64, limit int) (int, error)
+	// Rollover moves up to limit accounts whose period ended into the
+	// current one, exactly once per boundary.
+	Rollover(ctx context.Context, now int64, limit int) (int, error)
+	Leases(ctx context.Context, active bool) ([]Lease, error)
+
+	// Ingest records a batch: results[i] answers events[i]. An error means
+	// nothing in the batch was recorded.
+	Ingest(ctx context.Context, events []Usage, now int64) ([]IngestResult, error)
+	UsageOf(ctx context.Context, id core.AccountID, limit int) ([]Usage, error)
+	// Evidence reports id's funding as admission would see it.
+	Evidence(ctx context.Context, id core.AccountID) (Evidence, error)
+
+	AddKey(ctx context.Context, k Key) error
+	RevokeKey(ctx context.Context, account core.AccountID, keyID string) (Key, error)
+	Keys(ctx context.Context, account core.AccountID) ([]Key, error) // "" for every account
+	AddPlatformToken(ctx context.Context, t PlatformToken) error
+	RevokePlatformToken(ctx context.Context, id string) (PlatformToken, error)
+	PlatformTokens(ctx context.Context) ([]PlatformToken, error)
+	// AdminTokenDigest returns the stored admin token digest; ok=false if
+	// none has been set. SetAdminTokenDigest stores it only if none is.
+	AdminTokenDigest(ctx context.Context) (d [32]byte, ok bool, err error)
+	SetAdminTokenDigest(ctx context.Context, d [32]byte) (stored bool, err error)
+	Audit(ctx context.Context, r AuditRecord) (uint64, error)
+	AuditLog(ctx context.Context, after uint64, limit int) ([]AuditRecord, error)
+
+	// Check verifies L1 for every account and the lease totals against
+	// each account's Outstanding.
+	Check(ctx context.Context) error
+	Close() error
+}
+
+var (
+	ErrNotFound       = errors.New("ledger: not found")
+	ErrConflict       = errors.New("ledger: exists with different attributes")
+	ErrInvalid        = errors.New("ledger: invalid argument")
+	ErrClosedAccount  = errors.New("ledger: account is closed")
+	ErrLeaseNotActive = errors.New("ledger: lease is not active")
+	ErrFenced         = errors.New("ledger: fencing token does not match the lease")
+	ErrNotConserved   = errors.New("ledger: units not conserved")
+	ErrOverflow       = core.ErrCostOverflow
+)
