@@ -94,6 +94,16 @@ func (p *Plane) RevokeKey(d credential.Digest) {
 	p.Do(func() { p.broadcast(shard.Inbound{Kind: shard.InUnbind, Principal: d.Principal()}) })
 }
 
+// BindPlatformToken lets the platform token with digest d call the seed-000
+// routes on every shard; RevokePlatformToken stops it.
+func (p *Plane) BindPlatformToken(d credential.Digest) {
+	p.Do(func() { p.broadcast(shard.Inbound{Kind: shard.InBindPlatform, Principal: d.Principal(), Digest: d}) })
+}
+
+func (p *Plane) RevokePlatformToken(d credential.Digest) {
+	p.Do(func() { p.broadcast(shard.Inbound{Kind: shard.InUnbindPlatform, Principal: d.Principal()}) })
+}
+
 // MarkReady tells every shard its initial state is delivered.
 func (p *Plane) MarkReady() { p.Do(func() { p.broadcast(shard.Inbound{Kind: shard.InReady}) }) }
 
@@ -194,4 +204,90 @@ func (p *Plane) nextSlice(a *account, to int, now int64) core.CostUnits {
 	}
 	a.slice[to] = s
 	return s
+}
+
+// publishEvidence stores the ledger's latest word on id's funding where its
+// shards read it.
+func (p *Plane) publishEvidence(id core.AccountID, ev core.FundingEvidence) {
+	if a := p.accounts[id]; a != nil {
+		a.evidence.Store(ev)
+	}
+}
+
+// rotated follows a node lease being superseded or retired: shards that
+// held slices of the old lease get slices of the new one first (when
+// regrant), then every shard is asked for what it holds of the old one.
+func (p *Plane) rotated(id core.AccountID, old uint64, regrant bool) {
+	a := p.accounts[id]
+	if a == nil {
+		return
+	}
+	if regrant {
+		for i := range p.links {
+			if a.grantSeq[i] > 0 {
+				p.grant(i, id, a, 0)
+			}
+		}
+	}
+	p.reclaimToken(id, old)
+}
+
+// reclaimToken asks every shard for its unspent units of lease token.
+func (p *Plane) reclaimToken(id core.AccountID, token uint64) {
+	p.broadcast(shard.Inbound{Kind: shard.InReclaimLease, Account: id, Token: token})
+}
+
+// ReleaseLeases hands every node lease back to the ledger once the shards
+// have returned their slices (after ReclaimLeases). It reports false when
+// the plane is not funded by a ledger.
+func (p *Plane) ReleaseLeases() bool {
+	if p.ledger == nil {
+		return false
+	}
+	p.Do(func() { p.ledger.ReleaseAll() })
+	return true
+}
+
+// LeasesReleased reports whether no node lease is left and no ledger call
+// is in flight.
+func (p *Plane) LeasesReleased() bool {
+	if p.ledger == nil {
+		return true
+	}
+	var done bool
+	p.Do(func() {
+		_, leases, pending := p.ledger.Outstanding()
+		done = leases == 0 && pending == 0
+	})
+	return done
+}
+
+// Report is the plane's state for scrapers.
+type Report struct {
+	Stats      Stats
+	Funding    FundingStats
+	Durability DurabilityStats
+	// RingIn and RingOut are each shard's ring depths (plane → shard, and
+	// shard → plane); Backlog what waits for room in RingIn.
+	RingIn, RingOut, Backlog []int
+}
+
+// Report collects the plane's counters on its goroutine.
+func (p *Plane) Report() Report {
+	var r Report
+	p.Do(func() {
+		r.Stats = p.stats
+		if p.ledger != nil {
+			r.Funding = p.ledger.Stats()
+		}
+		if p.durable != nil {
+			r.Durability = p.durable.stats
+		}
+		for i, l := range p.links {
+			r.RingIn = append(r.RingIn, l.In.Ring().Len())
+			r.RingOut = append(r.RingOut, l.Out.Ring().Len())
+			r.Backlog = append(r.Backlog, len(p.backlog[i]))
+		}
+	})
+	return r
 }

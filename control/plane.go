@@ -43,6 +43,12 @@ type Config struct {
 	IdleFloorPercent uint32
 	// Now reads the clock (tests inject one).
 	Now func() int64
+	// Spool, when set, makes billed usage durable: each shard is told which
+	// of its events are on disk, and releases the answers reporting them.
+	Spool Spool
+	// UsageChanged, if set, hears (on its own goroutine) of accounts whose
+	// balances post-paid usage moved.
+	UsageChanged func(ids []core.AccountID)
 }
 
 // Plane is the control plane. Its exported methods other than Run are safe
@@ -58,6 +64,11 @@ type Plane struct {
 	popBuf   []shard.Outbound
 	stats    Stats
 	kick     chan struct{}
+
+	durable    *durability   // nil without a spool
+	ledger     *LedgerFunder // nil unless funded by the ledger
+	leaseNames leaseNamer
+	lastTick   int64
 }
 
 // Stats counts what the plane did.
@@ -100,7 +111,64 @@ func New(cfg Config, links []Link, funder Funder, usage UsageSink) (*Plane, erro
 		popBuf:   make([]shard.Outbound, 256),
 		kick:     make(chan struct{}, 1),
 	}
+	if cfg.Spool != nil {
+		p.durable = newDurability(cfg.Spool, len(links))
+	}
+	p.leaseNames, _ = funder.(leaseNamer)
+	if lf, ok := funder.(*LedgerFunder); ok {
+		p.ledger = lf
+		lf.start(p)
+	}
 	return p, nil
+}
+
+// stopLedger ends the ledger worker, running the commands it posts
+// meanwhile so it cannot block on a plane that has stopped.
+func (p *Plane) stopLedger() {
+	if p.ledger == nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() { p.ledger.stop(); close(done) }()
+	for {
+		select {
+		case <-done:
+			return
+		case fn := <-p.cmds:
+			fn()
+		}
+	}
+}
+
+// post queues fn for the plane's goroutine without waiting for it.
+func (p *Plane) post(fn func()) { p.cmds <- fn }
+
+// Kick wakes the plane now (the spool calls it when usage becomes durable).
+func (p *Plane) Kick() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// tickInterval is how often the plane runs its housekeeping (lease
+// rotation, retired lease reclaims).
+const tickInterval = int64(100e6)
+
+// housekeeping runs the per-iteration and periodic work that is not
+// driven by a message.
+func (p *Plane) housekeeping() int {
+	worked := 0
+	if p.durable != nil {
+		worked += p.durable.poll(p.send)
+	}
+	if p.ledger != nil {
+		if now := p.cfg.Now(); now-p.lastTick >= tickInterval {
+			p.lastTick = now
+			p.ledger.Tick(now)
+		}
+	}
+	return worked
 }
 
 // Do runs fn on the plane's goroutine and waits for it.
@@ -113,6 +181,7 @@ func (p *Plane) Do(fn func()) {
 // Run is the plane's loop; it returns when stop is closed.
 func (p *Plane) Run(stop <-chan struct{}) {
 	bells := p.watchBells()
+	defer p.stopLedger()
 	defer func() {
 		for _, f := range bells {
 			f.Close()
@@ -130,6 +199,7 @@ func (p *Plane) Run(stop <-chan struct{}) {
 		for i := range p.links {
 			worked += p.drainShard(i)
 		}
+		worked += p.housekeeping()
 		p.flushBacklog()
 		if worked == 0 {
 			p.sleep(stop, beat)
@@ -258,7 +328,17 @@ func (p *Plane) handle(from int, m *shard.Outbound) {
 	switch m.Kind {
 	case shard.OutUsage:
 		p.stats.Usage++
-		p.usage.Record(&m.Usage)
+		if p.usage != nil {
+			p.usage.Record(&m.Usage)
+		}
+		if p.durable != nil {
+			var lease uint64
+			if p.leaseNames != nil && m.Usage.Source == core.SourceLease {
+				lease = p.leaseNames.LeaseID(m.Usage.Account(), m.Usage.FencingToken)
+			}
+			u := ledgerUsage(&m.Usage, lease)
+			p.durable.append(from, m.Seq, &u)
+		}
 		p.funder.Settle(&m.Usage)
 	case shard.OutRefill:
 		p.refill(from, m)
@@ -276,12 +356,23 @@ func (p *Plane) handle(from int, m *shard.Outbound) {
 		p.send(int(m.To), shard.Inbound{Kind: shard.InForward, Op: m.Op, From: m.From, Res: m.Res,
 			Units: m.Units, Principal: m.Principal, Ticket: m.Ticket})
 	case shard.OutReply:
-		p.send(int(m.To), shard.Inbound{Kind: shard.InReply, Op: m.Op, Ticket: m.Ticket, Status: m.Status,
-			Reason: m.Reason, Units: m.Units})
+		reply := shard.Inbound{Kind: shard.InReply, Op: m.Op, Ticket: m.Ticket, Status: m.Status,
+			Reason: m.Reason, Units: m.Units}
+		if p.durable != nil && m.Op == shard.OpFinish {
+			// The finish billed usage on the owner: its answer waits, like a
+			// local one, until that usage is durable.
+			if waiting, at := p.durable.waiting(from); waiting {
+				p.durable.hold(at, from, int(m.To), reply)
+				return
+			}
+		}
+		p.send(int(m.To), reply)
 	case shard.OutStarved:
 		p.starved(from, m.Account)
 	case shard.OutShareAck:
 		p.shareAck(from, m)
+	case shard.OutPostPaid:
+		p.postPaid(from, m)
 	}
 }
 

@@ -32,7 +32,15 @@ type node struct {
 
 func newNode(t *testing.T, n int) *node {
 	t.Helper()
-	nd := &node{t: t, funder: NewMemoryFunder(3600e9), usage: &MemoryUsage{}, stop: make(chan struct{}), mu: make([]sync.Mutex, n)}
+	nd := &node{funder: NewMemoryFunder(3600e9), usage: &MemoryUsage{}}
+	return startNode(t, nd, n, Config{Slice: 1 << 30}, nd.funder, nd.usage)
+}
+
+// startNode runs a plane over n shards funded by funder; the shards hold
+// answers for durable usage when cfg has a spool.
+func startNode(t *testing.T, nd *node, n int, cfg Config, funder Funder, usage UsageSink) *node {
+	t.Helper()
+	nd.t, nd.stop, nd.mu = t, make(chan struct{}), make([]sync.Mutex, n)
 	var links []Link
 	for i := range n {
 		inR, _ := ring.New[shard.Inbound](1024)
@@ -47,7 +55,7 @@ func newNode(t *testing.T, n int) *node {
 		nd.shards = append(nd.shards, s)
 		links = append(links, Link{In: in, Out: out})
 	}
-	p, err := New(Config{Slice: 1 << 30}, links, nd.funder, nd.usage)
+	p, err := New(cfg, links, funder, usage)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -275,3 +275,14 @@ func (e *Engine) PrincipalOf(r Reservation) (Principal, bool) {
 	}
 	return Principal{}, false
 }
+
+// Standing returns what seed-000 admission reads of account id: its
+// installed snapshot and its funding evidence cell (nil if none). It does
+// not allocate: id is looked up as bytes.
+func (e *Engine) Standing(id []byte) (*Snapshot, *EvidenceCell, bool) {
+	a := e.accounts[AccountID(id)]
+	if a == nil {
+		return nil, nil, false
+	}
+	return a.snap, a.evidence, true
+}

@@ -10,15 +10,38 @@ type FundingEvidence struct {
 	Remaining CostUnits
 	PeriodEnd int64
 	Scope     Scope
+	Period    BudgetPeriod // Scope's budget period: seed 000's "window"
+}
+
+// BudgetPeriod is how often an account's allowance renews, on UTC
+// boundaries.
+type BudgetPeriod uint8
+
+const (
+	PeriodNone  BudgetPeriod = iota // no allowance; top-ups only
+	PeriodDay                       // 00:00 UTC each day
+	PeriodWeek                      // 00:00 UTC each Monday
+	PeriodMonth                     // 00:00 UTC on the 1st
+)
+
+var windowNames = [...]string{PeriodNone: "", PeriodDay: "daily", PeriodWeek: "weekly", PeriodMonth: "monthly"}
+
+// Window names the period the way seed 000 reports it ("daily", …), or ""
+// for none.
+func (p BudgetPeriod) Window() string {
+	if int(p) < len(windowNames) {
+		return windowNames[p]
+	}
+	return ""
 }
 
 // Pack and Unpack let a seqlock.Cell carry the evidence.
 func (e FundingEvidence) Pack() [seqlock.Words]uint64 {
-	return [seqlock.Words]uint64{uint64(e.Remaining), uint64(e.PeriodEnd), uint64(e.Scope), 0}
+	return [seqlock.Words]uint64{uint64(e.Remaining), uint64(e.PeriodEnd), uint64(e.Scope) | uint64(e.Period)<<8, 0}
 }
 
 func (FundingEvidence) Unpack(w [seqlock.Words]uint64) FundingEvidence {
-	return FundingEvidence{Remaining: CostUnits(w[0]), PeriodEnd: int64(w[1]), Scope: Scope(w[2])}
+	return FundingEvidence{Remaining: CostUnits(w[0]), PeriodEnd: int64(w[1]), Scope: Scope(w[2]), Period: BudgetPeriod(w[2] >> 8)}
 }
 
 // EvidenceCell is where the control plane publishes an account's funding

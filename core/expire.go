@@ -41,3 +41,19 @@ func (e *Engine) expireOne(idx uint32, rs *resSlot) bool {
 	}
 	return true
 }
+
+// EndAll ends every live reservation as Expire would at its deadline: for
+// shutdown, once no client can reach the node to commit, finish or cancel.
+// Pending ones are released free; committed ones bill their quote, lapsed.
+func (e *Engine) EndAll() int {
+	ended := 0
+	for i := 0; i < len(e.res.live); {
+		idx := e.res.live[i]
+		if !e.expireOne(idx, &e.res.slots[idx]) {
+			i++
+			continue
+		}
+		ended++
+	}
+	return ended
+}

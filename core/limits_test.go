@@ -324,3 +324,25 @@ func TestExpireReleasesPendingAndBillsLapsedCommits(t *testing.T) {
 	}
 	f.conserved()
 }
+
+func TestEndAllReleasesPendingAndBillsCommittedAtShutdown(t *testing.T) {
+	f := newFixture(t, nil)
+	pending, _ := f.admit(oneReq, t0)
+	ctx, _ := f.e.Begin(alice, 0, t0)
+	committed, _ := f.e.Admit(&ctx, oneReq, f.usage, t0)
+	f.e.AcquireCapacity(committed)
+	f.e.Commit(committed, RequestID{Lo: 7}, t0)
+	if n := f.e.EndAll(); n != 2 {
+		t.Fatalf("ended %d, want 2", n)
+	}
+	if err := f.e.Commit(pending, RequestID{}, t0); !errors.Is(err, ErrUnknownReservation) {
+		t.Fatalf("ended pending still commits: %v", err)
+	}
+	if len(f.usage.events) != 1 || !f.usage.events[0].Lapsed || f.usage.events[0].Units != 102 {
+		t.Fatalf("events %+v", f.usage.events)
+	}
+	if n := f.e.EndAll(); n != 0 {
+		t.Fatalf("second EndAll ended %d", n)
+	}
+	f.conserved()
+}

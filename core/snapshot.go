@@ -83,6 +83,12 @@ type Snapshot struct {
 	// PermissionNames names permission bit i, for transports that accept
 	// names on the wire. The engine itself only tests bits.
 	PermissionNames []string
+	// Ancestors are the account's parent, grandparent, … (seed 000 checks
+	// a caller's Org-Id and Workspace-Id against them).
+	Ancestors []AccountID
+	// DenyThreshold: seed-000 admission denies while the account's funding
+	// evidence shows less than this remaining.
+	DenyThreshold CostUnits
 }
 
 // Permission returns the bit named name, if the snapshot names one.

@@ -33,6 +33,13 @@ type Config struct {
 	Plane           control.Config
 	Funder          control.Funder
 	Usage           control.UsageSink
+	// Durable makes the shards hold answers that report usage until the
+	// plane's spool (Plane.Spool) says the usage is on disk.
+	Durable bool
+	// DrainUsage, if set, runs during Shutdown after every reservation has
+	// ended and before leases are released: it should make all usage
+	// durable and bill it (spool sync, export to the ledger).
+	DrainUsage func(deadline time.Time)
 	// RingSize is each ring's capacity (a power of two). Default 8192.
 	RingSize int
 	Log      zerolog.Logger
@@ -127,6 +134,15 @@ type ShardInfo struct {
 	Pinned  bool
 }
 
+// ShardStats returns each shard's published counters.
+func (n *Node) ShardStats() []shard.Stats {
+	out := make([]shard.Stats, len(n.runners))
+	for i, r := range n.runners {
+		out[i] = r.s.Stats()
+	}
+	return out
+}
+
 // Stats sums the shards' transport counters.
 func (n *Node) Stats() []httploop.Stats {
 	out := make([]httploop.Stats, len(n.runners))
@@ -138,9 +154,12 @@ func (n *Node) Stats() []httploop.Stats {
 	return out
 }
 
-// Shutdown stops the node in the safe order: stop accepting and let
-// requests in flight finish (until deadline), then hand back every lease's
-// unspent units, then stop the control plane.
+// Shutdown stops the node in the seed's safe order: stop accepting and let
+// requests in flight finish (until deadline); end every reservation still
+// held (pending ones free, committed ones billed at their quote); take back
+// every shard's unspent lease units; drain usage (DrainUsage: durable and
+// billed); release the node's leases to the ledger, so their units return
+// to the balance; then stop the control plane.
 func (n *Node) Shutdown(deadline time.Time) {
 	for _, r := range n.runners {
 		if r.loop != nil {
@@ -149,24 +168,37 @@ func (n *Node) Shutdown(deadline time.Time) {
 	}
 	n.loopWG.Wait()
 	if n.plane != nil {
-		// The loops have stopped; the shards are quiescent, so this goroutine
-		// may poll them to carry out the plane's reclaim.
+		// The loops have stopped, so this goroutine may drive the shards.
+		for _, r := range n.runners {
+			r.s.Quiesce()
+		}
 		n.plane.ReclaimLeases()
-		until := time.Now().Add(time.Second)
-		for time.Now().Before(until) {
-			busy := 0
-			for _, r := range n.runners {
-				busy += r.s.Poll(time.Now().UnixNano())
-			}
-			if busy == 0 && n.plane.Idle() {
-				break
-			}
-			time.Sleep(time.Millisecond)
+		n.pollUntil(time.Now().Add(time.Second), func() bool { return n.plane.Idle() })
+		if n.cfg.DrainUsage != nil {
+			n.cfg.DrainUsage(deadline)
+		}
+		if n.plane.ReleaseLeases() {
+			n.pollUntil(time.Now().Add(5*time.Second), n.plane.LeasesReleased)
 		}
 	}
 	close(n.stop)
 	n.planeWG.Wait()
 	n.closeRunners()
+}
+
+// pollUntil drives the stopped shards (applying what the plane sends
+// them) until done reports true or the deadline passes.
+func (n *Node) pollUntil(deadline time.Time, done func() bool) {
+	for time.Now().Before(deadline) {
+		busy := 0
+		for _, r := range n.runners {
+			busy += r.s.Poll(time.Now().UnixNano())
+		}
+		if busy == 0 && done() {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 func (n *Node) closeRunners() {
@@ -209,7 +241,8 @@ func newRunner(id, cpu int, addr string, cfg Config) (*runner, control.Link, err
 		r.in.Close()
 		return nil, control.Link{}, err
 	}
-	r.s, err = shard.New(shard.Config{ID: uint16(id), Secret: cfg.Secret, MaxReservations: cfg.MaxReservations}, r.in, r.out)
+	r.s, err = shard.New(shard.Config{ID: uint16(id), Secret: cfg.Secret, MaxReservations: cfg.MaxReservations,
+		AckDurable: cfg.Durable}, r.in, r.out)
 	if err == nil {
 		r.ln, err = httploop.Listen(addr)
 	}
@@ -251,6 +284,7 @@ func (r *runner) loopConfig() httploop.Config {
 	lc.OnTick = func(now int64) {
 		r.now = now
 		r.s.Poll(now)
+		r.s.PublishStats()
 	}
 	return lc
 }

@@ -48,6 +48,10 @@ func (s *Shard) Serve(r *Request) {
 		s.serveReservation(r, OpFinish)
 	case bytes.Equal(path, pathCancel) && post:
 		s.serveReservation(r, OpCancel)
+	case bytes.Equal(path, pathAdmission):
+		s.serveAdmission(r)
+	case bytes.Equal(path, pathUsage):
+		s.servePostPaid(r)
 	case bytes.Equal(path, pathLivez):
 		s.writeJSON(r.Resp, fasthttp.StatusOK, append(s.out[:0], `{"status":"live"}`...))
 	case bytes.Equal(path, pathReadyz):
@@ -113,6 +117,16 @@ func (s *Shard) serveAdmit(r *Request, oneShot bool) {
 		s.engine.CountDenial(core.DenyAccountingBackpressure)
 		s.writeDenial(r.Resp, core.Denial{Reason: core.DenyAccountingBackpressure})
 		return
+	}
+	if oneShot {
+		if !s.claimAck(r) {
+			s.Release()
+			s.engine.CountDenial(core.DenyAccountingBackpressure)
+			s.writeDenial(r.Resp, core.Denial{Reason: core.DenyAccountingBackpressure})
+			return
+		}
+		seq := s.usageSeq
+		defer func() { s.respond(r, s.seqSince(seq)) }()
 	}
 	a, problem := s.decodeAdmit(r.Req.Body(), ctx.Snapshot())
 	if problem != "" {
@@ -252,8 +266,17 @@ func (s *Shard) serveReservation(r *Request, op Op) {
 		return
 	}
 	if owner == s.cfg.ID {
+		if op == OpFinish && !s.claimAck(r) {
+			s.engine.CountDenial(core.DenyAccountingBackpressure)
+			s.writeDenial(r.Resp, core.Denial{Reason: core.DenyAccountingBackpressure})
+			return
+		}
+		seq := s.usageSeq
 		out := s.runOp(op, core.ReservationFromID(res), p, units, r.Now)
 		s.answerOp(r.Resp, op, out)
+		if op == OpFinish {
+			s.respond(r, s.seqSince(seq))
+		}
 		return
 	}
 	if r.Defer == nil {

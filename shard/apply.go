@@ -63,10 +63,7 @@ func (s *Shard) apply(m *Inbound, now int64) {
 	case InEvidence:
 		s.engine.SetEvidence(m.Account, m.Evidence)
 	case InReclaimLease:
-		if l, err := s.engine.Lease(m.Account); err == nil {
-			ret := l.TakeUnspent()
-			s.send(Outbound{Kind: OutReturn, From: s.cfg.ID, Account: m.Account, Token: ret.Token, Units: ret.Units})
-		}
+		s.reclaimLease(m.Account, m.Token)
 	case InForward:
 		out := s.runOp(m.Op, core.ReservationFromID(m.Res), m.Principal, m.Units, now)
 		reply := Outbound{Kind: OutReply, Op: m.Op, From: s.cfg.ID, To: m.From, Ticket: m.Ticket,
@@ -80,6 +77,15 @@ func (s *Shard) apply(m *Inbound, now int64) {
 		s.complete(m.Ticket, s.fillReply)
 	case InReady:
 		s.ready = true
+	case InDurable:
+		s.durable(m.Seq)
+	case InBindPlatform:
+		s.platform[m.Principal] = m.Digest
+	case InPostPaidDone:
+		s.postPaidDone(m.Ticket, m.Batch)
+	case InUnbindPlatform:
+		delete(s.platform, m.Principal)
+		s.cache.Forget(m.Principal)
 	case InShare:
 		if s.engine.SetShare(m.Account, m.Share) == nil {
 			s.send(Outbound{Kind: OutShareAck, From: s.cfg.ID, Account: m.Account, Seq: m.Seq,
@@ -111,4 +117,32 @@ func (s *Shard) flushRefills() {
 			s.droppedRefills++
 		}
 	}
+}
+
+// reclaimLease hands back unspent lease units of account: the current
+// lease's if token is 0 or names it, and every retired lease that funds no
+// reservation any more. Units still held by reservations come back on a
+// later reclaim, once they settle.
+func (s *Shard) reclaimLease(account core.AccountID, token uint64) {
+	l, err := s.engine.Lease(account)
+	if err != nil {
+		return
+	}
+	if token == 0 || token == l.Token() {
+		ret := l.TakeUnspent()
+		s.send(Outbound{Kind: OutReturn, From: s.cfg.ID, Account: account, Token: ret.Token, Units: ret.Units})
+	}
+	s.retired = l.TakeRetired(s.retired[:0])
+	for _, ret := range s.retired {
+		s.send(Outbound{Kind: OutReturn, From: s.cfg.ID, Account: account, Token: ret.Token, Units: ret.Units})
+	}
+}
+
+// Quiesce ends every reservation still live — pending ones free, committed
+// ones billed at their quote — for shutdown, once the loop has stopped and
+// no client can commit, finish or cancel any more.
+func (s *Shard) Quiesce() int {
+	n := s.engine.EndAll()
+	s.flushRefills()
+	return n
 }

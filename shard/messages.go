@@ -9,21 +9,26 @@ import (
 type InKind uint8
 
 const (
-	InInstall      InKind = iota + 1 // install Snap (new account or newer generation)
-	InBind                           // Principal (with Digest) acts for Account
-	InUnbind                         // revoke Principal
-	InGrant                          // lease funding for Account: Token, Units, Until, LowWater
-	InEvidence                       // attach Evidence cell to Account
-	InForward                        // run Op on a reservation this shard owns, reply to From
-	InReply                          // the answer to an operation this shard forwarded
-	InReclaimLease                   // give back Account's unspent lease units
-	InReady                          // initial state delivered: /readyz may say ready
-	InShare                          // set Account's Share of its limits; the shard acknowledges Seq
+	InInstall        InKind = iota + 1 // install Snap (new account or newer generation)
+	InBind                             // Principal (with Digest) acts for Account
+	InUnbind                           // revoke Principal
+	InGrant                            // lease funding for Account: Token, Units, Until, LowWater
+	InEvidence                         // attach Evidence cell to Account
+	InForward                          // run Op on a reservation this shard owns, reply to From
+	InReply                            // the answer to an operation this shard forwarded
+	InReclaimLease                     // give back Account's unspent units: of lease Token (0: the current one), and of retired leases
+	InReady                            // initial state delivered: /readyz may say ready
+	InShare                            // set Account's Share of its limits; the shard acknowledges Seq
+	InDurable                          // usage events up to Seq are durable: release their answers
+	InBindPlatform                     // the platform token with Digest may call seed-000 routes
+	InUnbindPlatform                   // revoke the platform token Principal
+	InPostPaidDone                     // the post-paid Batch of Ticket is billed (or Failed)
 )
 
 // Inbound is one message from the control plane to a shard. Messages are
 // fixed-size values carried by a ring; pointers in them refer to immutable
-// data (snapshots) or to cells the control plane owns.
+// data (snapshots), to cells the control plane owns, or to a post-paid
+// batch, which only the side holding the message touches.
 type Inbound struct {
 	Kind      InKind
 	Op        Op
@@ -43,6 +48,7 @@ type Inbound struct {
 	Ticket    uint64 // the forwarding shard's deferred-request ticket
 	Share     core.Share
 	Seq       uint64
+	Batch     *PostPaidBatch
 }
 
 // Op is a reservation operation that may be forwarded between shards.
@@ -58,13 +64,14 @@ const (
 type OutKind uint8
 
 const (
-	OutUsage    OutKind = iota + 1 // Usage is billed
+	OutUsage    OutKind = iota + 1 // Usage is billed; Seq numbers it for InDurable
 	OutRefill                      // Account wants more funding (Units left, Needed)
 	OutReturn                      // Account's lease Token returns Units unspent
 	OutForward                     // forward Op on Res to shard To
 	OutReply                       // answer to a forwarded Op, for shard To
 	OutStarved                     // Account's share refused a request here
 	OutShareAck                    // Account's share Seq applied, with InFlight reservations held
+	OutPostPaid                    // bill post-paid Batch, then answer Ticket
 )
 
 // Outbound is one message from a shard to the control plane.
@@ -85,4 +92,5 @@ type Outbound struct {
 	Principal core.Principal
 	Seq       uint64
 	InFlight  uint32
+	Batch     *PostPaidBatch
 }

@@ -27,6 +27,11 @@ type Config struct {
 	// UsageHeadroom is ring capacity kept free of usage reservations, for
 	// refill and forwarding messages.
 	UsageHeadroom int
+	// AckDurable holds answers that report billed usage until the control
+	// plane says the usage is durable (InDurable); AckQueue bounds how many
+	// wait at once (default DefaultAckQueue).
+	AckDurable bool
+	AckQueue   int
 }
 
 // MaxWorkLines bounds the lines of one workload.
@@ -39,6 +44,9 @@ type Shard struct {
 	hasher *credential.Hasher
 	cache  *credential.Cache
 	keys   map[core.Principal]credential.Digest
+	// platform holds the platform tokens (seed 000 callers): a separate set,
+	// so a customer key can never call platform routes, nor a token admit.
+	platform map[core.Principal]credential.Digest
 	// grantSeq is the sequence of the last grant applied per account; refill
 	// requests carry it so the control plane ignores ones it already answered.
 	grantSeq map[core.AccountID]uint64
@@ -47,11 +55,18 @@ type Shard struct {
 	outbox *ring.Doorbell[Outbound] // shard → control plane
 
 	usageReserved int
+	usageSeq      uint64 // sequence of the last usage event sent
 	lostUsage     uint64 // usage events that found no ring room: must stay 0
+	acks          ackQueue
+	fillAck       func(*fasthttp.Response)
+	postPaid      *PostPaidBatch // the batch being answered
+	fillPostPaid  func(*fasthttp.Response)
+	ackOversize   uint64
 
 	parser  fastjson.Parser
 	work    [MaxWorkLines]core.WorkItem
 	refills []core.RefillRequest
+	retired []core.LeaseReturn
 	rng     *mrand.ChaCha8
 	out     []byte // response body scratch
 	hdr     []byte // header value scratch
@@ -64,6 +79,7 @@ type Shard struct {
 	replyOp   Op
 
 	installErrors, grantErrors, lostReplies, droppedRefills uint64
+	pub                                                     publishedStats
 }
 
 // New returns a shard that receives from in and sends to out.
@@ -81,21 +97,31 @@ func New(cfg Config, in *ring.Doorbell[Inbound], out *ring.Doorbell[Outbound]) (
 	if cfg.UsageHeadroom <= 0 {
 		cfg.UsageHeadroom = 64
 	}
+	if cfg.AckQueue <= 0 {
+		cfg.AckQueue = DefaultAckQueue
+	}
 	var seed [32]byte
 	if _, err := rand.Read(seed[:]); err != nil {
 		return nil, err
 	}
-	return &Shard{
+	s := &Shard{
 		cfg:      cfg,
 		engine:   core.NewEngine(core.Config{MaxReservations: cfg.MaxReservations}),
 		hasher:   h,
 		cache:    credential.NewCache(cfg.CredentialCache),
 		keys:     make(map[core.Principal]credential.Digest),
+		platform: make(map[core.Principal]credential.Digest),
 		grantSeq: make(map[core.AccountID]uint64),
 		inbox:    in,
 		outbox:   out,
 		rng:      mrand.NewChaCha8(seed),
 		out:      make([]byte, 0, 512),
 		hdr:      make([]byte, 0, 32),
-	}, nil
+	}
+	if cfg.AckDurable {
+		s.acks = newAckQueue(cfg.AckQueue)
+	}
+	s.fillAck = s.writeAck // bound once: completing allocates nothing
+	s.fillPostPaid = s.writePostPaid
+	return s, nil
 }

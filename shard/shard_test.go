@@ -19,7 +19,7 @@ var testSecret = bytes.Repeat([]byte{9}, 32)
 // harness is one shard with its two rings, plus helpers to play the control
 // plane's part.
 type harness struct {
-	t       *testing.T
+	t       testing.TB
 	s       *Shard
 	in      *ring.Doorbell[Inbound]
 	out     *ring.Doorbell[Outbound]
@@ -27,7 +27,12 @@ type harness struct {
 	tickets uint64
 }
 
-func newHarness(t *testing.T, id uint16, outCap int) *harness {
+func newHarness(t testing.TB, id uint16, outCap int) *harness {
+	t.Helper()
+	return newHarnessWith(t, Config{ID: id, Secret: testSecret, MaxReservations: 256, UsageHeadroom: 4}, outCap)
+}
+
+func newHarnessWith(t testing.TB, cfg Config, outCap int) *harness {
 	t.Helper()
 	inRing, _ := ring.New[Inbound](256)
 	outRing, _ := ring.New[Outbound](outCap)
@@ -40,7 +45,7 @@ func newHarness(t *testing.T, id uint16, outCap int) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { in.Close(); out.Close() })
-	s, err := New(Config{ID: id, Secret: testSecret, MaxReservations: 256, UsageHeadroom: 4}, in, out)
+	s, err := New(cfg, in, out)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,8 @@ func (s *Shard) reserveUsage() bool {
 // Record sends a billed event to the control plane.
 func (s *Shard) Record(ev *core.UsageEvent) {
 	s.usageReserved--
-	if !s.send(Outbound{Kind: OutUsage, From: s.cfg.ID, Usage: *ev}) {
+	s.usageSeq++
+	if !s.send(Outbound{Kind: OutUsage, From: s.cfg.ID, Usage: *ev, Seq: s.usageSeq}) {
 		s.lostUsage++ // room was reserved: reaching here is a broken invariant
 	}
 }

@@ -29,6 +29,10 @@ type config struct {
 	secretHex     string
 	demoKey       string
 	demoUnits     uint64
+	adminToken    string
+	leaseTTL      time.Duration
+	leaseGrace    time.Duration
+	usageHistory  int
 	cpuProfile    string
 	loop          loopLimits
 }
@@ -54,16 +58,20 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	var cpus, level string
 	var help, version bool
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "data-plane listen address (every shard binds it with SO_REUSEPORT)")
-	fs.StringVar(&c.admin, "admin", "127.0.0.1:9091", "admin API listen address, loopback by default (the admin API arrives with the ledger)")
+	fs.StringVar(&c.admin, "admin", "127.0.0.1:9091", "admin API listen address, loopback by default")
+	fs.StringVar(&c.adminToken, "admin-token", "", "admin API bearer token; prefer TOLLGATED_ADMIN_TOKEN (default: generated on first start, printed once)")
+	fs.DurationVar(&c.leaseTTL, "lease-ttl", time.Minute, "lifetime of a node lease from the ledger; a crashed node's unspent units are forfeited this long (plus 10 s grace) after its last grant")
 	fs.IntVar(&c.shards, "shards", 0, "number of shards (default: one per allowed CPU)")
 	fs.StringVar(&cpus, "cpus", "", "CPUs to pin shards to, Linux cpulist syntax such as 0-3,6 (default: the CPUs this process may use)")
-	fs.StringVar(&c.dataDir, "data-dir", "./tollgated-data", "directory for the ledger and the usage spool (used once the ledger lands)")
+	fs.DurationVar(&c.leaseGrace, "lease-grace", 10*time.Second, "how long past expiry a lease may still be released before its remainder is forfeited")
+	fs.IntVar(&c.usageHistory, "usage-history", 1000, "usage events kept per account for GET /v1/accounts/{id}/usage")
+	fs.StringVar(&c.dataDir, "data-dir", "./tollgated-data", "directory for the ledger, the usage spool and the server secret")
 	fs.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
 	fs.DurationVar(&c.shutdownGrace, "shutdown-grace", 10*time.Second, "how long SIGTERM waits for in-flight requests")
 	fs.IntVar(&c.maxInFlight, "max-in-flight", 1<<16, "reservations in flight per shard")
-	fs.StringVar(&c.secretHex, "secret", "", "server secret for customer key digests, hex, at least 32 bytes (default: random per run, so keys last one run)")
-	fs.StringVar(&c.demoKey, "demo-key", "", "provision a demo account \"demo\" with this API key, funded in memory (for trying tollgated and for benchmarks; the ledger and admin API replace it)")
-	fs.Uint64Var(&c.demoUnits, "demo-units", 1<<40, "units the demo account is funded with")
+	fs.StringVar(&c.secretHex, "secret", "", "server secret for key digests, hex, at least 32 bytes (default: generated in --data-dir on first start)")
+	fs.StringVar(&c.demoKey, "demo-key", "", "provision account \"demo\" in the ledger with this API key (for trying tollgated and for benchmarks)")
+	fs.Uint64Var(&c.demoUnits, "demo-units", 1<<40, "units the demo account is funded with, once")
 	fs.IntVar(&c.loop.maxHeaderBytes, "max-header-bytes", 8<<10, "largest request head per request (431 beyond)")
 	fs.IntVar(&c.loop.maxBodyBytes, "max-body-bytes", 1<<20, "largest request body (413 beyond)")
 	fs.IntVar(&c.loop.maxConns, "max-conns", 10_000, "connections per shard")
@@ -133,6 +141,18 @@ func (c *config) finish(cpus, level string) error {
 	}
 	if c.maxInFlight < 1 || c.maxInFlight > 1<<24 {
 		return fmt.Errorf("--max-in-flight %d: want 1 to %d", c.maxInFlight, 1<<24)
+	}
+	if c.leaseTTL < 5*time.Second || c.leaseTTL > 24*time.Hour {
+		return fmt.Errorf("--lease-ttl %v: want 5s to 24h", c.leaseTTL)
+	}
+	if c.leaseGrace < 0 || c.leaseGrace > time.Hour {
+		return fmt.Errorf("--lease-grace %v: want 0 to 1h", c.leaseGrace)
+	}
+	if c.usageHistory < 1 || c.usageHistory > 10_000_000 {
+		return fmt.Errorf("--usage-history %d: want 1 to 10000000", c.usageHistory)
+	}
+	if c.dataDir == "" {
+		return fmt.Errorf("--data-dir must not be empty")
 	}
 	if c.shutdownGrace <= 0 {
 		return fmt.Errorf("--shutdown-grace must be positive")

@@ -3,32 +3,129 @@
 package main
 
 import (
+	"context"
 	"crypto/rand"
-	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/tollgated/tollgated/admin"
 	"github.com/tollgated/tollgated/affinity"
 	"github.com/tollgated/tollgated/control"
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/credential"
 	"github.com/tollgated/tollgated/httploop"
+	"github.com/tollgated/tollgated/ledger/boltstore"
 	"github.com/tollgated/tollgated/node"
+	"github.com/tollgated/tollgated/spool"
 )
 
-// daemon is a running tollgated.
+// daemon is a running tollgated: the ledger and the spool in the data
+// directory, the node (shards and control plane), the exporter and the
+// ledger's maintenance, and the admin API.
 type daemon struct {
-	log   zerolog.Logger
-	node  *node.Node
-	grace time.Duration
+	log      zerolog.Logger
+	store    *boltstore.Store
+	spool    *spool.Spool
+	node     *node.Node
+	exporter *control.Exporter
+	prov     *control.Provisioner
+	admin    *http.Server
+	stop     chan struct{}
+	done     chan struct{}
+	grace    time.Duration
+	out      io.Writer                     // where the generated admin token is printed, once
+	plane    atomic.Pointer[control.Plane] // for the spool's durability callback
 }
 
-// startDaemon starts the node: one pinned shard per CPU (or --shards of
-// them, spread over the CPUs), the control plane, and the demo account if
-// asked for.
-func startDaemon(cfg config, log zerolog.Logger) (*daemon, error) {
+// startDaemon brings tollgated up in dependency order; on any failure it
+// closes what it opened.
+func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err error) {
+	shardCPUs, err := pickCPUs(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	if err := openDataDir(cfg.dataDir); err != nil {
+		return nil, err
+	}
+	secret, err := serverSecret(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	hasher, err := credential.NewHasher(secret)
+	if err != nil {
+		return nil, err
+	}
+	d := &daemon{log: log, grace: cfg.shutdownGrace, stop: make(chan struct{}), done: make(chan struct{}), out: out}
+	defer func() {
+		if err != nil {
+			d.close()
+		}
+	}()
+	if d.store, err = boltstore.Open(filepath.Join(cfg.dataDir, ledgerFile), boltstore.Options{UsageHistory: cfg.usageHistory}); err != nil {
+		return nil, err
+	}
+	ctx := context.Background()
+	if cfg.demoKey != "" {
+		if err := provisionDemo(ctx, d.store, hasher, cfg.demoKey, core.CostUnits(cfg.demoUnits), time.Now().UnixNano()); err != nil {
+			return nil, err
+		}
+		log.Warn().Msg("demo account \"demo\" provisioned with --demo-key (for trying tollgated, not for production keys)")
+	}
+	if err := d.openSpool(cfg); err != nil {
+		return nil, err
+	}
+	funder := control.NewLedgerFunder(d.store, control.LeaseConfig{TTL: cfg.leaseTTL})
+	var prov atomic.Pointer[control.Provisioner]
+	d.node, err = node.Start(node.Config{
+		Listen: cfg.listen, CPUs: shardCPUs, Secret: secret, MaxReservations: cfg.maxInFlight,
+		Loop: httploop.Config{
+			MaxHeaderBytes: cfg.loop.maxHeaderBytes, MaxBodyBytes: cfg.loop.maxBodyBytes,
+			MaxConns: cfg.loop.maxConns, MaxOutput: cfg.loop.maxOutput,
+			IdleTimeout: cfg.loop.idle, HeaderTimeout: cfg.loop.header, BodyTimeout: cfg.loop.body,
+		},
+		Plane: control.Config{Spool: d.spool, UsageChanged: func(ids []core.AccountID) {
+			if p := prov.Load(); p != nil {
+				p.UsageChanged(ids)
+			}
+		}},
+		Funder: funder, Durable: true, DrainUsage: d.drainUsage, Log: log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	d.plane.Store(d.node.Plane())
+	for _, s := range d.node.Shards() {
+		log.Info().Int("shard", s.ID).Int("cpu", s.CPU).Bool("pinned", s.Pinned).Msg("shard started")
+	}
+	d.prov = control.NewProvisioner(d.node.Plane(), d.store)
+	d.prov.Grace = cfg.leaseGrace
+	prov.Store(d.prov)
+	d.exporter.Changed = d.prov.UsageChanged
+	accounts, keys, err := d.prov.Load(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("loading the ledger: %w", err)
+	}
+	go d.background()
+	adminAddr, err := d.startAdmin(ctx, cfg, hasher)
+	if err != nil {
+		return nil, err
+	}
+	d.node.Plane().MarkReady()
+	log.Info().Int("shards", len(shardCPUs)).Str("listen", d.node.Addr()).Str("admin", adminAddr).
+		Int("accounts", accounts).Int("keys", keys).Str("data_dir", cfg.dataDir).Msg("tollgated ready")
+	return d, nil
+}
+
+func pickCPUs(cfg config, log zerolog.Logger) ([]int, error) {
 	cpus := cfg.cpus
 	if len(cpus) == 0 {
 		var err error
@@ -40,95 +137,128 @@ func startDaemon(cfg config, log zerolog.Logger) (*daemon, error) {
 	if n == 0 {
 		n = len(cpus)
 	}
-	shardCPUs := make([]int, n)
-	for i := range shardCPUs {
-		shardCPUs[i] = cpus[i%len(cpus)]
+	out := make([]int, n)
+	for i := range out {
+		out[i] = cpus[i%len(cpus)]
 	}
 	if !affinity.Supported() {
 		log.Warn().Msg("CPU pinning is not supported on this platform; shards run unpinned")
 	}
-	secret, err := serverSecret(cfg, log)
-	if err != nil {
-		return nil, err
-	}
-	funder := control.NewMemoryFunder(int64(time.Hour))
-	nd, err := node.Start(node.Config{
-		Listen: cfg.listen, CPUs: shardCPUs, Secret: secret, MaxReservations: cfg.maxInFlight,
-		Loop: httploop.Config{
-			MaxHeaderBytes: cfg.loop.maxHeaderBytes, MaxBodyBytes: cfg.loop.maxBodyBytes,
-			MaxConns: cfg.loop.maxConns, MaxOutput: cfg.loop.maxOutput,
-			IdleTimeout: cfg.loop.idle, HeaderTimeout: cfg.loop.header, BodyTimeout: cfg.loop.body,
-		},
-		Funder: funder, Usage: &discardUsage{}, Log: log,
-	})
-	if err != nil {
-		return nil, err
-	}
-	d := &daemon{log: log, node: nd, grace: cfg.shutdownGrace}
-	for _, s := range nd.Shards() {
-		log.Info().Int("shard", s.ID).Int("cpu", s.CPU).Bool("pinned", s.Pinned).Msg("shard started")
-	}
-	if cfg.demoKey != "" {
-		if err := provisionDemo(nd.Plane(), funder, secret, cfg.demoKey, core.CostUnits(cfg.demoUnits)); err != nil {
-			d.shutdown()
-			return nil, err
+	return out, nil
+}
+
+// openSpool opens the usage spool and counts what a previous run left in
+// it; the exporter bills that first.
+func (d *daemon) openSpool(cfg config) error {
+	var exp atomic.Pointer[control.Exporter]
+	s, err := spool.Open(filepath.Join(cfg.dataDir, spoolDir), spool.Options{OnDurable: func(uint64) {
+		if p := d.plane.Load(); p != nil {
+			p.Kick()
 		}
-		log.Warn().Msg("demo account \"demo\" provisioned with in-memory funding: not for billing")
-	}
-	nd.Plane().MarkReady()
-	log.Info().Int("shards", n).Str("listen", nd.Addr()).Msg("tollgated ready")
-	return d, nil
-}
-
-func (d *daemon) shutdown() {
-	d.node.Shutdown(time.Now().Add(d.grace))
-}
-
-func serverSecret(cfg config, log zerolog.Logger) ([]byte, error) {
-	if cfg.secretHex != "" {
-		return hex.DecodeString(cfg.secretHex)
-	}
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		return nil, err
-	}
-	log.Warn().Msg("no --secret given: using a random one, so API keys are valid for this run only")
-	return b, nil
-}
-
-// provisionDemo installs account "demo": generous limits, a small cost
-// table, and the given key.
-func provisionDemo(p *control.Plane, f *control.MemoryFunder, secret []byte, key string, units core.CostUnits) error {
-	if err := f.Deposit("demo", units, core.ScopeAgent); err != nil {
-		return err
-	}
-	snap := &core.Snapshot{
-		Account: "demo", Generation: 1, Permissions: 1, PermissionNames: []string{"chat"},
-		Limits: core.Limits{MaxItems: 1 << 20, HoldTimeout: int64(time.Minute)},
-		Costs: core.CostTable{Classes: []core.OpClass{
-			{Name: "input_tokens", Weight: 1}, {Name: "output_tokens", Weight: 4}, {Name: "requests", Weight: 10},
-		}},
-	}
-	if err := p.Install(snap); err != nil {
-		return err
-	}
-	h, err := credential.NewHasher(secret)
+		if e := exp.Load(); e != nil {
+			e.Wake()
+		}
+	}})
 	if err != nil {
 		return err
 	}
-	d, err := h.Digest([]byte(key))
-	if err != nil {
-		return err
+	d.spool = s
+	replayed := 0
+	if err := s.Replay(func(uint64, []byte) error { replayed++; return nil }); err != nil {
+		return fmt.Errorf("replaying the usage spool: %w", err)
 	}
-	p.BindKey(d, "demo")
+	if replayed > 0 {
+		d.log.Info().Int("events", replayed).Msg("usage spool replayed; billing it")
+	}
+	d.exporter = control.NewExporter(s, d.store, 256)
+	d.exporter.Resume(s.Stats().Released)
+	exp.Store(d.exporter)
 	return nil
 }
 
-// discardUsage counts billed usage until the durable spool (the ledger
-// issue) takes it.
-type discardUsage struct{ events, units uint64 }
+// background runs the exporter and the ledger's maintenance until stop.
+func (d *daemon) background() {
+	defer close(d.done)
+	go d.prov.Maintain(d.stop, time.Second)
+	d.exporter.Run(d.stop, 20*time.Millisecond)
+}
 
-func (u *discardUsage) Record(ev *core.UsageEvent) {
-	u.events++
-	u.units += uint64(ev.Units)
+// startAdmin serves the admin API and returns the address it listens on.
+func (d *daemon) startAdmin(ctx context.Context, cfg config, hasher *credential.Hasher) (string, error) {
+	token, generated, err := admin.EnsureAdminToken(ctx, d.store, cfg.adminToken, rand.Reader)
+	if err != nil {
+		return "", fmt.Errorf("admin token: %w", err)
+	}
+	if generated {
+		// Printed once: only its digest is stored.
+		fmt.Fprintf(d.out, "admin token (shown once; set TOLLGATED_ADMIN_TOKEN to choose your own): %s\n", token)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(newNodeCollector(d))
+	srv, err := admin.New(admin.Config{Store: d.store, Hasher: hasher, Publisher: d.prov, Registry: reg, Log: d.log})
+	if err != nil {
+		return "", err
+	}
+	ln, err := net.Listen("tcp", cfg.admin)
+	if err != nil {
+		return "", fmt.Errorf("admin listener: %w", err)
+	}
+	d.admin = &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := d.admin.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			d.log.Error().Err(err).Msg("admin API stopped")
+		}
+	}()
+	return ln.Addr().String(), nil
+}
+
+// drainUsage makes every billed event durable and bills it into the
+// ledger: the shutdown step between ending reservations and releasing
+// leases.
+func (d *daemon) drainUsage(deadline time.Time) {
+	if err := d.spool.Sync(); err != nil {
+		d.log.Error().Err(err).Msg("usage spool sync failed at shutdown; the spool is replayed at the next start")
+		return
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline.Add(5*time.Second))
+	defer cancel()
+	if err := d.exporter.Export(ctx); err != nil {
+		d.log.Error().Err(err).Msg("usage export failed at shutdown; the spool is replayed at the next start")
+	}
+}
+
+// shutdown stops in the safe order: the admin API, then the node (which
+// drains requests, ends reservations, drains usage and releases leases),
+// then the background work, the spool and the ledger.
+func (d *daemon) shutdown() {
+	if d.admin != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		d.admin.Shutdown(ctx)
+		cancel()
+	}
+	d.node.Shutdown(time.Now().Add(d.grace))
+	d.node = nil
+	close(d.stop)
+	<-d.done
+	st := d.exporter.Stats()
+	d.log.Info().Uint64("accepted", st.Accepted).Uint64("duplicate", st.Duplicate).Uint64("rejected", st.Rejected).
+		Msg("usage exported")
+	d.close()
+}
+
+// close releases what is open, in reverse order.
+func (d *daemon) close() {
+	if d.node != nil {
+		d.node.Shutdown(time.Now())
+	}
+	if d.spool != nil {
+		if err := d.spool.Close(); err != nil {
+			d.log.Error().Err(err).Msg("closing the usage spool")
+		}
+	}
+	if d.store != nil {
+		if err := d.store.Close(); err != nil {
+			d.log.Error().Err(err).Msg("closing the ledger")
+		}
+	}
 }

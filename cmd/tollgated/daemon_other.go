@@ -4,6 +4,7 @@ package main
 
 import (
 	"errors"
+	"io"
 
 	"github.com/rs/zerolog"
 )
@@ -11,7 +12,7 @@ import (
 type daemon struct{}
 
 // startDaemon refuses: the data plane is an epoll event loop per shard.
-func startDaemon(cfg config, log zerolog.Logger) (*daemon, error) {
+func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (*daemon, error) {
 	return nil, errors.New("tollgated's data plane needs Linux (epoll, SO_REUSEPORT, CPU affinity)")
 }
 

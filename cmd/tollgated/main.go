@@ -1,9 +1,9 @@
 // Command tollgated is the admission daemon: one pinned shard per CPU, each
 // owning its accounts' admission state, and a control plane behind them.
 //
-// This build starts the shards, pins them, reports them, and shuts down
-// cleanly on SIGTERM; the HTTP data plane, the ledger and the admin API
-// arrive in later milestones (see the issues and docs/DESIGN.md).
+// It keeps its ledger and usage spool in --data-dir, serves the data plane
+// on --listen and the admin API on --admin, and shuts down in the safe
+// order on SIGTERM (see docs/DESIGN.md).
 package main
 
 import (
@@ -80,7 +80,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, st
 		}
 		defer pprof.StopCPUProfile()
 	}
-	d, err := startDaemon(cfg, log)
+	d, err := startDaemon(cfg, log, stdout)
 	if err != nil {
 		log.Error().Err(err).Msg("start failed")
 		return 1

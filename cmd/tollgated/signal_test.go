@@ -24,7 +24,7 @@ func TestMain(m *testing.M) {
 func TestSIGTERMStopsGracefully(t *testing.T) {
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), "TOLLGATED_TEST_AS_DAEMON=1",
-		"TOLLGATED_TEST_ARGS=--listen 127.0.0.1:0 --shards 2 --demo-key k --shutdown-grace 2s")
+		"TOLLGATED_TEST_ARGS=--listen 127.0.0.1:0 --admin 127.0.0.1:0 --data-dir "+t.TempDir()+" --shards 2 --demo-key k --shutdown-grace 2s")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,104 @@
+//go:build linux
+
+package main
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tollgated/tollgated/core"
+)
+
+// nodeCollector exposes the data plane, the control plane, the spool and
+// the exporter to Prometheus. Everything is read at scrape time from what
+// each part publishes; nothing on the request path counts for it.
+type nodeCollector struct{ d *daemon }
+
+func newNodeCollector(d *daemon) prometheus.Collector { return nodeCollector{d} }
+
+var (
+	descAdmitted   = desc("admitted_total", "Requests admitted, per shard.", "shard")
+	descDenials    = desc("denials_total", "Requests denied, by reason (one series per reason).", "reason")
+	descOutcomes   = desc("reservations_total", "Admitted reservations by how they ended.", "outcome")
+	descBilled     = desc("units_billed_total", "Cost units billed by the shards.")
+	descRequests   = desc("http_requests_total", "HTTP requests handled, per shard.", "shard")
+	descConns      = desc("http_connections", "Open data-plane connections, per shard.", "shard")
+	descInFlight   = desc("reservations_in_flight", "Reservations held now, per shard.", "shard")
+	descParked     = desc("answers_waiting_for_durability", "Answers held until their usage is on disk, per shard.", "shard")
+	descRing       = desc("ring_depth", "Messages waiting in a ring, per shard and direction.", "shard", "direction")
+	descLeases     = desc("lease_operations_total", "Ledger lease operations by the control plane.", "operation")
+	descUsage      = desc("usage_exported_total", "Usage events exported to the ledger, by result.", "result")
+	descSpooled    = desc("usage_spooled_total", "Usage events appended to the spool.")
+	descSpoolLag   = desc("spool_lag_events", "Spooled usage events not yet exported to the ledger.")
+	descSpoolBytes = desc("spool_pending_bytes", "Spooled bytes not yet on disk.")
+)
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc("tollgated_"+name, help, labels, nil)
+}
+
+func (c nodeCollector) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCollect(c, ch) }
+
+func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
+	d := c.d
+	if d.node == nil {
+		return
+	}
+	var denials [core.NumDenyReasons]uint64
+	var outcomes [6]uint64
+	var billed core.CostUnits
+	for i, s := range d.node.ShardStats() {
+		shard := strconv.Itoa(i)
+		e := &s.Engine
+		counter(ch, descAdmitted, float64(e.Admitted), shard)
+		gauge(ch, descInFlight, float64(s.InFlight), shard)
+		gauge(ch, descParked, float64(s.ParkedAcks), shard)
+		for r, n := range e.Denials {
+			denials[r] += n
+		}
+		for j, n := range [...]uint64{e.Finished, e.Lapsed, e.Cancelled, e.Shed, e.RefusedAtStart, e.CommitRefusals} {
+			outcomes[j] += n
+		}
+		billed += e.UnitsBilled
+	}
+	for r := core.DenyReason(1); int(r) < core.NumDenyReasons; r++ {
+		counter(ch, descDenials, float64(denials[r]), r.Code())
+	}
+	for j, name := range [...]string{"finished", "lapsed", "cancelled", "shed", "refused_at_start", "commit_refused"} {
+		counter(ch, descOutcomes, float64(outcomes[j]), name)
+	}
+	counter(ch, descBilled, float64(billed))
+	for i, s := range d.node.Stats() {
+		counter(ch, descRequests, float64(s.Requests), strconv.Itoa(i))
+		gauge(ch, descConns, float64(s.Conns), strconv.Itoa(i))
+	}
+	r := d.node.Plane().Report()
+	for i := range r.RingIn {
+		gauge(ch, descRing, float64(r.RingIn[i]+r.Backlog[i]), strconv.Itoa(i), "to_shard")
+		gauge(ch, descRing, float64(r.RingOut[i]), strconv.Itoa(i), "to_plane")
+	}
+	f := r.Funding
+	for _, op := range []struct {
+		name string
+		n    uint64
+	}{{"acquired", f.Acquired}, {"consolidated", f.Consolidated}, {"released", f.Released}, {"refused", f.Refused}, {"error", f.Errors}} {
+		counter(ch, descLeases, float64(op.n), op.name)
+	}
+	ex := d.exporter.Stats()
+	counter(ch, descUsage, float64(ex.Accepted), "accepted")
+	counter(ch, descUsage, float64(ex.Duplicate), "duplicate")
+	counter(ch, descUsage, float64(ex.Rejected), "rejected")
+	sp := d.spool.Stats()
+	counter(ch, descSpooled, float64(r.Durability.Spooled))
+	gauge(ch, descSpoolLag, float64(sp.Appended-min(sp.Appended, ex.Exported)))
+	gauge(ch, descSpoolBytes, float64(sp.PendingBytes))
+}
+
+func counter(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, labels ...string) {
+	ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+}
+
+func gauge(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, labels ...string) {
+	ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+}

@@ -1,0 +1,170 @@
+package control
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tollgated/tollgated/core"
+	"github.com/tollgated/tollgated/credential"
+	"github.com/tollgated/tollgated/ledger"
+	"github.com/tollgated/tollgated/ledger/boltstore"
+)
+
+// memSpool is an in-memory Spool whose appends are durable at once.
+type memSpool struct {
+	mu       sync.Mutex
+	recs     [][]byte
+	released uint64
+}
+
+func (m *memSpool) Append(p []byte) (uint64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.recs = append(m.recs, append([]byte(nil), p...))
+	return uint64(len(m.recs)), nil
+}
+
+func (m *memSpool) Durable() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return uint64(len(m.recs))
+}
+
+func (m *memSpool) Read(after uint64, limit int, fn func(uint64, []byte) error) (uint64, error) {
+	m.mu.Lock()
+	recs := m.recs
+	m.mu.Unlock()
+	last := after
+	for i := after; i < uint64(len(recs)) && int(i-after) < limit; i++ {
+		if err := fn(i+1, recs[i]); err != nil {
+			return last, err
+		}
+		last = i + 1
+	}
+	return last, nil
+}
+
+func (m *memSpool) Release(upTo uint64) error {
+	m.mu.Lock()
+	m.released = max(m.released, upTo)
+	m.mu.Unlock()
+	return nil
+}
+
+// ledgerNode is a plane over n shards funded from a bolt ledger, with
+// usage spooled in memory and exported by an Exporter.
+type ledgerNode struct {
+	*node
+	store    *boltstore.Store
+	funder   *LedgerFunder
+	spool    *memSpool
+	exporter *Exporter
+}
+
+func newLedgerNode(t *testing.T, n int, lc LeaseConfig) *ledgerNode {
+	t.Helper()
+	store, err := boltstore.Open(filepath.Join(t.TempDir(), "ledger.db"), boltstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := &ledgerNode{node: &node{}, store: store, funder: NewLedgerFunder(store, lc), spool: &memSpool{}}
+	ln.exporter = NewExporter(ln.spool, store, 256)
+	startNode(t, ln.node, n, Config{Spool: ln.spool}, ln.funder, nil)
+	t.Cleanup(func() { store.Close() })
+	return ln
+}
+
+// open creates account id with units and one price-1 operation, and binds
+// key to it, through the ledger and a Provisioner, as the daemon does.
+func (ln *ledgerNode) open(id core.AccountID, key string, units core.CostUnits) *Provisioner {
+	ln.t.Helper()
+	ctx := context.Background()
+	now := time.Now().UnixNano()
+	if _, _, err := ln.store.CreateAccount(ctx, ledger.AccountSpec{ID: id}, now); err != nil {
+		ln.t.Fatal(err)
+	}
+	if _, err := ln.store.SetPolicy(ctx, id, []byte(`{"permissions":["chat"],"operations":{"requests":{"weight":1}},"limits":{"max_items":10}}`)); err != nil {
+		ln.t.Fatal(err)
+	}
+	if units > 0 {
+		if _, _, err := ln.store.Deposit(ctx, id, units, "initial", now); err != nil {
+			ln.t.Fatal(err)
+		}
+	}
+	h, _ := credential.NewHasher(secret)
+	d, _ := h.Digest([]byte(key))
+	if err := ln.store.AddKey(ctx, ledger.Key{ID: "k-" + string(id), Account: id, Digest: d, CreatedAt: now}); err != nil {
+		ln.t.Fatal(err)
+	}
+	prov := NewProvisioner(ln.plane, ln.store)
+	if _, _, err := prov.Load(ctx); err != nil {
+		ln.t.Fatal(err)
+	}
+	ln.plane.MarkReady()
+	return prov
+}
+
+// spend sends checks on shard i until a 402 (or the deadline), and returns
+// how many were admitted and the last answer.
+func (ln *ledgerNode) spend(shards []int, key string, within time.Duration) (admitted int, last int, body []byte) {
+	deadline := time.Now().Add(within)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	done := false
+	for _, i := range shards {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				st, b := ln.check(i, key, 1)
+				mu.Lock()
+				if st == 200 {
+					admitted++
+				}
+				if st == 402 {
+					last, body, done = st, b, true
+				}
+				stop := done
+				mu.Unlock()
+				if stop {
+					return
+				}
+				if st != 200 {
+					time.Sleep(100 * time.Microsecond)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return admitted, last, body
+}
+
+// TestLedgerFundsEveryUnitAndThenAnswers402: with the whole balance spread
+// over node leases and shard slices, every unit can be spent — none is
+// stranded in a retired lease or an idle shard — then the shards answer
+// 402 balance-exhausted, and the ledger bills exactly what was admitted.
+func TestLedgerFundsEveryUnitAndThenAnswers402(t *testing.T) {
+	ln := newLedgerNode(t, 2, LeaseConfig{TTL: time.Minute, Target: 4000})
+	ln.open("acme", "key-acme", 25_000)
+	admitted, last, body := ln.spend([]int{0, 1}, "key-acme", 20*time.Second)
+	if last != 402 || !bytes.Contains(body, []byte("balance-exhausted")) {
+		t.Fatalf("after %d admitted: last answer %d %s", admitted, last, body)
+	}
+	if admitted != 25_000 {
+		t.Fatalf("admitted %d of a balance of 25000", admitted)
+	}
+	if err := ln.exporter.Export(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	acct, _ := ln.store.Account(context.Background(), "acme")
+	if acct.Settled != 25_000 || acct.Loss != 0 {
+		t.Fatalf("ledger: settled %d loss %d", acct.Settled, acct.Loss)
+	}
+	if err := ln.store.Check(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,275 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/tollgated/tollgated/core"
+	"github.com/tollgated/tollgated/credential"
+	"github.com/tollgated/tollgated/ledger"
+	"github.com/tollgated/tollgated/policy"
+)
+
+// Provisioner carries ledger state to the data plane: accounts (compiled
+// snapshots), keys, platform tokens and funding evidence. It is what the
+// admin API calls after every mutation (its Publisher), what loads a node
+// at start, and what runs the ledger's periodic work (reclaim, rollover).
+// Changes are pushed to the shards through the plane the moment they are
+// made: a suspension stops admissions within one plane iteration.
+type Provisioner struct {
+	plane *Plane
+	store ledger.Store
+	// Now reads the clock; tests inject one.
+	Now func() int64
+	// Grace is how long past a lease's expiry its holder may still release
+	// it before the ledger forfeits its remainder.
+	Grace time.Duration
+}
+
+// NewProvisioner returns a provisioner publishing store's state to p.
+func NewProvisioner(p *Plane, store ledger.Store) *Provisioner {
+	return &Provisioner{plane: p, store: store, Now: func() int64 { return time.Now().UnixNano() },
+		Grace: 10 * time.Second}
+}
+
+const provisionTimeout = 10 * time.Second
+
+// AccountChanged republishes acct: its snapshot when the policy generation
+// moved, and the funding evidence of it and of every account below it
+// (their evidence is the tightest scope of their chain).
+func (v *Provisioner) AccountChanged(acct ledger.Account) error {
+	ctx, cancel := context.WithTimeout(context.Background(), provisionTimeout)
+	defer cancel()
+	if err := v.install(ctx, acct); err != nil {
+		return err
+	}
+	all, err := v.store.Accounts(ctx)
+	if err != nil {
+		return err
+	}
+	return v.refreshEvidence(ctx, descendants(all, map[core.AccountID]bool{acct.ID: true}))
+}
+
+// install compiles acct and installs it on every shard; an older or equal
+// generation than the one installed is not an error (nothing to do).
+func (v *Provisioner) install(ctx context.Context, acct ledger.Account) error {
+	c, err := policy.Compile(acct)
+	if err != nil {
+		return err
+	}
+	snap := c.Snapshot
+	snap.DenyThreshold = c.DenyThreshold
+	for parent := acct.Parent; parent != ""; {
+		snap.Ancestors = append(snap.Ancestors, parent)
+		pa, err := v.store.Account(ctx, parent)
+		if err != nil {
+			return fmt.Errorf("control: ancestor %s of %s: %w", parent, acct.ID, err)
+		}
+		parent = pa.Parent
+	}
+	if err := v.plane.Install(snap); err != nil && !errors.Is(err, core.ErrOlderGeneration) {
+		return err
+	}
+	return nil
+}
+
+// refreshEvidence reads ids' funding evidence from the ledger and publishes
+// it; accounts the ledger had refused funding may ask again.
+func (v *Provisioner) refreshEvidence(ctx context.Context, ids []core.AccountID) error {
+	for _, id := range ids {
+		ev, err := v.store.Evidence(ctx, id)
+		if err != nil {
+			return err
+		}
+		v.plane.FundingChanged(id, ev)
+	}
+	return nil
+}
+
+// FundingChanged publishes new evidence for id and lets the funder ask the
+// ledger again if it had been refused.
+func (p *Plane) FundingChanged(id core.AccountID, ev core.FundingEvidence) {
+	p.Do(func() {
+		p.publishEvidence(id, ev)
+		if p.ledger != nil {
+			p.ledger.Refresh(id)
+		}
+		p.fundStarving(id)
+	})
+}
+
+// UsageChanged is the exporter's hook: post-paid usage moved balances of
+// ids' chains, so every account sharing a root with them is refreshed.
+func (v *Provisioner) UsageChanged(ids []core.AccountID) {
+	ctx, cancel := context.WithTimeout(context.Background(), provisionTimeout)
+	defer cancel()
+	all, err := v.store.Accounts(ctx)
+	if err != nil {
+		return
+	}
+	roots := make(map[core.AccountID]bool)
+	byID := indexAccounts(all)
+	for _, id := range ids {
+		roots[rootOf(byID, id)] = true
+	}
+	v.refreshEvidence(ctx, descendants(all, roots)) //nolint:errcheck // the next change retries
+}
+
+// BindKey, RevokeKey, BindPlatformToken and RevokePlatformToken pass
+// credential changes to every shard.
+func (v *Provisioner) BindKey(d credential.Digest, account core.AccountID) {
+	v.plane.BindKey(d, account)
+}
+func (v *Provisioner) RevokeKey(d credential.Digest)           { v.plane.RevokeKey(d) }
+func (v *Provisioner) BindPlatformToken(d credential.Digest)   { v.plane.BindPlatformToken(d) }
+func (v *Provisioner) RevokePlatformToken(d credential.Digest) { v.plane.RevokePlatformToken(d) }
+
+// Load publishes everything the ledger holds: accounts parents first, then
+// keys and platform tokens, then evidence. A node calls it before it says
+// it is ready.
+func (v *Provisioner) Load(ctx context.Context) (accounts, keys int, err error) {
+	all, err := v.store.Accounts(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	byID := indexAccounts(all)
+	sort.Slice(all, func(i, j int) bool {
+		di, dj := depth(byID, all[i].ID), depth(byID, all[j].ID)
+		if di != dj {
+			return di < dj
+		}
+		return all[i].ID < all[j].ID
+	})
+	ids := make([]core.AccountID, 0, len(all))
+	for _, a := range all {
+		if err := v.install(ctx, a); err != nil {
+			return 0, 0, err
+		}
+		ids = append(ids, a.ID)
+	}
+	ks, err := v.store.Keys(ctx, "")
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, k := range ks {
+		if !k.Revoked {
+			v.plane.BindKey(credential.Digest(k.Digest), k.Account)
+			keys++
+		}
+	}
+	ts, err := v.store.PlatformTokens(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, t := range ts {
+		if !t.Revoked {
+			v.plane.BindPlatformToken(credential.Digest(t.Digest))
+		}
+	}
+	return len(all), keys, v.refreshEvidence(ctx, ids)
+}
+
+// Maintain runs the ledger's periodic work until stop closes: forfeit
+// leases past expiry and grace, and move budgets across period boundaries
+// (then republish everyone's evidence, since balances moved).
+func (v *Provisioner) Maintain(stop <-chan struct{}, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		v.MaintainOnce()
+	}
+}
+
+// MaintainOnce runs one maintenance pass and reports the budgets it moved.
+func (v *Provisioner) MaintainOnce() (rolled int, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), provisionTimeout)
+	defer cancel()
+	now := v.Now()
+	for {
+		n, err := v.store.Reclaim(ctx, now, int64(v.Grace), 256)
+		if err != nil {
+			return rolled, err
+		}
+		if n < 256 {
+			break
+		}
+	}
+	for {
+		n, err := v.store.Rollover(ctx, now, 256)
+		if err != nil {
+			return rolled, err
+		}
+		rolled += n
+		if n < 256 {
+			break
+		}
+	}
+	if rolled > 0 {
+		all, err := v.store.Accounts(ctx)
+		if err != nil {
+			return rolled, err
+		}
+		ids := make([]core.AccountID, len(all))
+		for i, a := range all {
+			ids[i] = a.ID
+		}
+		return rolled, v.refreshEvidence(ctx, ids)
+	}
+	return rolled, nil
+}
+
+func indexAccounts(all []ledger.Account) map[core.AccountID]*ledger.Account {
+	m := make(map[core.AccountID]*ledger.Account, len(all))
+	for i := range all {
+		m[all[i].ID] = &all[i]
+	}
+	return m
+}
+
+// depth counts id's ancestors (bounded: the ledger allows three levels).
+func depth(byID map[core.AccountID]*ledger.Account, id core.AccountID) int {
+	d := 0
+	for a := byID[id]; a != nil && a.Parent != "" && d < 8; a = byID[a.Parent] {
+		d++
+	}
+	return d
+}
+
+func rootOf(byID map[core.AccountID]*ledger.Account, id core.AccountID) core.AccountID {
+	for i := 0; i < 8; i++ {
+		a := byID[id]
+		if a == nil || a.Parent == "" {
+			return id
+		}
+		id = a.Parent
+	}
+	return id
+}
+
+// descendants lists the accounts in roots and every account below them.
+func descendants(all []ledger.Account, roots map[core.AccountID]bool) []core.AccountID {
+	byID := indexAccounts(all)
+	var out []core.AccountID
+	for _, a := range all {
+		for id, i := a.ID, 0; id != "" && i < 8; i++ {
+			if roots[id] {
+				out = append(out, a.ID)
+				break
+			}
+			p := byID[id]
+			if p == nil {
+				break
+			}
+			id = p.Parent
+		}
+	}
+	return out
+}

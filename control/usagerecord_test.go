@@ -1,0 +1,56 @@
+package control
+
+import (
+	"testing"
+
+	"github.com/tollgated/tollgated/core"
+	"github.com/tollgated/tollgated/ledger"
+)
+
+func TestUsageRecordRoundTrip(t *testing.T) {
+	for _, u := range []ledger.Usage{
+		{ID: [16]byte{1, 2, 3}, Account: "acme", Source: ledger.UsageLease, LeaseID: 7, Token: 3, Units: 1210, OccurredAt: 1_700_000_000e9},
+		{ID: [16]byte{15: 9}, Account: "a", Source: ledger.UsageOverage, Units: core.MaxCostUnits, OccurredAt: -1},
+		{Account: core.AccountID(string(make([]byte, 0, 64)) + "0123456789012345678901234567890123456789012345678901234567890123"), Source: ledger.UsagePostPaid, Units: 1},
+	} {
+		b := appendUsageRecord(nil, &u)
+		if len(b) > MaxUsageRecord {
+			t.Fatalf("record of %d bytes exceeds %d", len(b), MaxUsageRecord)
+		}
+		got, err := decodeUsageRecord(b)
+		if err != nil || got != u {
+			t.Fatalf("round trip: %+v, %v; want %+v", got, err, u)
+		}
+	}
+}
+
+func TestMalformedUsageRecordsAreRefused(t *testing.T) {
+	good := appendUsageRecord(nil, &ledger.Usage{Account: "acme", Source: ledger.UsageLease, Units: 1})
+	cases := map[string][]byte{
+		"empty":       nil,
+		"short":       good[:10],
+		"version":     append([]byte{9}, good[1:]...),
+		"source":      append(append([]byte{}, good[:1]...), append([]byte{0}, good[2:]...)...),
+		"long":        append(append([]byte{}, good...), 'x'),
+		"truncated":   good[:len(good)-1],
+		"zero length": append(append([]byte{}, good[:usageRecordFixed-1]...), 0),
+	}
+	for name, b := range cases {
+		if _, err := decodeUsageRecord(b); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func FuzzDecodeUsageRecord(f *testing.F) {
+	f.Add(appendUsageRecord(nil, &ledger.Usage{Account: "acme", Source: ledger.UsageLease, Units: 1}))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		u, err := decodeUsageRecord(b)
+		if err != nil {
+			return
+		}
+		if again := appendUsageRecord(nil, &u); string(again) != string(b) {
+			t.Fatalf("accepted %x but re-encodes as %x", b, again)
+		}
+	})
+}

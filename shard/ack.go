@@ -1,0 +1,120 @@
+package shard
+
+import "github.com/valyala/fasthttp"
+
+// Durable acknowledgement. With Config.AckDurable, a response that reports
+// billed usage (/v1/check, /v1/finish) is not sent when the usage is
+// recorded but when the control plane says the event is on disk: the shard
+// parks the answer here, in usage order, and InDurable{Seq} releases every
+// answer whose event has a sequence ≤ Seq. So a client that saw 200 knows
+// its usage survives kill -9.
+//
+// The queue is a fixed ring of fixed-size entries: parking copies the body
+// and allocates nothing. Its room is claimed before any work is done (like
+// the usage slot), so a full queue sheds the request instead of billing
+// usage it could not acknowledge.
+
+// ackBodyMax bounds a parked body; every body that reports usage is far
+// shorter (the longest, /v1/check's, is under 200 bytes).
+const ackBodyMax = 256
+
+// DefaultAckQueue is the parked answers one shard holds by default.
+const DefaultAckQueue = 4096
+
+type parkedAnswer struct {
+	seq    uint64 // the usage event it waits for
+	ticket uint64
+	status uint16
+	n      uint16
+	body   [ackBodyMax]byte
+}
+
+type ackQueue struct {
+	q          []parkedAnswer // len is a power of two
+	head, tail uint64         // head: oldest parked; tail: next free
+	claimed    int            // room promised to requests in progress
+	cur        *parkedAnswer  // the answer being written by fill
+}
+
+func newAckQueue(n int) ackQueue {
+	size := 1
+	for size < n {
+		size <<= 1
+	}
+	return ackQueue{q: make([]parkedAnswer, size)}
+}
+
+// claim promises room for one parked answer, or reports the queue full.
+func (a *ackQueue) claim() bool {
+	if int(a.tail-a.head)+a.claimed >= len(a.q) {
+		return false
+	}
+	a.claimed++
+	return true
+}
+
+// claimAck reserves room to park an answer, when answers wait for
+// durability; it reports false when the queue is full.
+func (s *Shard) claimAck(r *Request) bool {
+	if !s.ackDurable(r) {
+		return true
+	}
+	return s.acks.claim()
+}
+
+func (s *Shard) ackDurable(r *Request) bool { return s.cfg.AckDurable && r.Defer != nil }
+
+// respond sends the answer in resp now, or, if it reports usage event seq
+// and answers must wait for durability, parks it (using the room claimed).
+// seq 0 means the answer reports no new usage.
+func (s *Shard) respond(r *Request, seq uint64) {
+	if !s.ackDurable(r) {
+		return
+	}
+	a := &s.acks
+	a.claimed--
+	if seq == 0 {
+		return
+	}
+	body := r.Resp.Body()
+	p := &a.q[a.tail&uint64(len(a.q)-1)]
+	if len(body) > ackBodyMax {
+		// Cannot happen for the bodies we write; answer now rather than
+		// truncate, and count it.
+		s.ackOversize++
+		return
+	}
+	p.seq, p.status, p.n = seq, uint16(r.Resp.StatusCode()), uint16(copy(p.body[:], body))
+	p.ticket = r.Defer()
+	a.tail++
+}
+
+// durable releases every parked answer whose usage event is ≤ seq.
+func (s *Shard) durable(seq uint64) {
+	a := &s.acks
+	for a.head != a.tail {
+		p := &a.q[a.head&uint64(len(a.q)-1)]
+		if p.seq > seq {
+			return
+		}
+		a.cur = p
+		s.complete(p.ticket, s.fillAck)
+		a.cur = nil
+		a.head++
+	}
+}
+
+// seqSince is the usage event sent since before was read, or 0 if none was.
+func (s *Shard) seqSince(before uint64) uint64 {
+	if s.usageSeq == before {
+		return 0
+	}
+	return s.usageSeq
+}
+
+func (s *Shard) writeAck(resp *fasthttp.Response) {
+	p := s.acks.cur
+	resp.SetStatusCode(int(p.status))
+	resp.Header.SetContentTypeBytes(applicationJSON)
+	resp.SetBody(p.body[:p.n])
+}

@@ -1,0 +1,41 @@
+package shard
+
+import (
+	"sync"
+
+	"github.com/tollgated/tollgated/core"
+)
+
+// Stats is what a shard publishes for scrapers: the engine's counters and
+// the shard's own. Only the shard's thread writes the live values; it
+// copies them here on its tick (PublishStats), so a scraper on another
+// goroutine never reads state the shard is changing.
+type Stats struct {
+	Engine      core.Counters
+	InFlight    int
+	LostUsage   uint64 // must stay 0: usage that found no ring room
+	LostReplies uint64
+	ParkedAcks  int // answers waiting for durable usage
+}
+
+type publishedStats struct {
+	mu sync.Mutex // taken once per tick by the shard and per scrape: never on a request
+	s  Stats
+}
+
+// PublishStats copies the shard's counters for Stats. Call it on the
+// shard's thread.
+func (s *Shard) PublishStats() {
+	st := Stats{Engine: s.engine.Counters(), InFlight: s.engine.InFlight(), LostUsage: s.lostUsage,
+		LostReplies: s.lostReplies, ParkedAcks: int(s.acks.tail - s.acks.head)}
+	s.pub.mu.Lock()
+	s.pub.s = st
+	s.pub.mu.Unlock()
+}
+
+// Stats returns the counters last published. Any goroutine may call it.
+func (s *Shard) Stats() Stats {
+	s.pub.mu.Lock()
+	defer s.pub.mu.Unlock()
+	return s.pub.s
+}
