@@ -77,9 +77,29 @@ func (p *Plane) install(snap *core.Snapshot) error {
 	a.planSeq++
 	for i := range n {
 		p.send(i, shard.Inbound{Kind: shard.InShare, Account: snap.Account, Share: a.shares[i], Seq: a.planSeq})
-		p.grant(i, snap.Account, a, 0)
+		if p.ledger == nil {
+			p.grant(i, snap.Account, a, 0)
+		}
 	}
 	return nil
+}
+
+// Prefund gives every shard that holds no funding for id a slice now, so
+// the account's first request does not wait for the ledger. Accounts that
+// only ever report post-paid usage are never prefunded: a lease would hold
+// budget their reports need.
+func (p *Plane) Prefund(id core.AccountID) {
+	p.Do(func() {
+		a := p.accounts[id]
+		if a == nil {
+			return
+		}
+		for i := range p.links {
+			if a.grantSeq[i] == 0 {
+				p.grant(i, id, a, 0)
+			}
+		}
+	})
 }
 
 // BindKey lets the key with digest d act for account on every shard.

@@ -29,6 +29,9 @@ type Exporter struct {
 	// Changed, if set, hears of accounts whose funding changed by more than
 	// their leases (post-paid usage debits balances directly).
 	Changed func(ids []core.AccountID)
+	// Claims, if set, are post-paid events the plane bills itself: an
+	// export stops before the first one until the plane lets go of it.
+	Claims *PostPaidClaims
 
 	mu     sync.Mutex // one export pass at a time
 	after  uint64
@@ -130,6 +133,12 @@ func (e *Exporter) exportBatch(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	if k := e.unclaimed(); k < len(e.events) {
+		if k == 0 {
+			return 0, nil // the plane is billing the next event: try again later
+		}
+		e.events, e.seqs, last = e.events[:k], e.seqs[:k], e.seqs[k-1]
+	}
 	if len(e.events) == 0 {
 		e.after = max(e.after, last)
 		return 0, nil
@@ -161,6 +170,20 @@ func (e *Exporter) exportBatch(ctx context.Context) (int, error) {
 		e.Changed(changed)
 	}
 	return len(e.events), nil
+}
+
+// unclaimed is how many of the batch's events come before the first one
+// the plane has claimed.
+func (e *Exporter) unclaimed() int {
+	if e.Claims == nil {
+		return len(e.events)
+	}
+	for i := range e.events {
+		if e.events[i].Source == ledger.UsagePostPaid && e.Claims.held(e.events[i].ID) {
+			return i
+		}
+	}
+	return len(e.events)
 }
 
 // Stats reports the exporter's counters.

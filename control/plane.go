@@ -49,6 +49,9 @@ type Config struct {
 	// UsageChanged, if set, hears (on its own goroutine) of accounts whose
 	// balances post-paid usage moved.
 	UsageChanged func(ids []core.AccountID)
+	// Claims, shared with the Exporter, keeps it from billing post-paid
+	// events the plane is billing itself.
+	Claims *PostPaidClaims
 }
 
 // Plane is the control plane. Its exported methods other than Run are safe

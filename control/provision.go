@@ -73,6 +73,9 @@ func (v *Provisioner) install(ctx context.Context, acct ledger.Account) error {
 	if err := v.plane.Install(snap); err != nil && !errors.Is(err, core.ErrOlderGeneration) {
 		return err
 	}
+	if len(acct.Policy) > 0 && acct.Status == core.StatusActive {
+		v.plane.Prefund(acct.ID) // a data-plane account: fund its shards ahead of its first request
+	}
 	return nil
 }
 

@@ -19,14 +19,16 @@ import (
 	"github.com/tollgated/tollgated/core"
 )
 
-// Period is how often a budget's allowance renews, on UTC boundaries.
-type Period uint8
+// Period is how often a budget's allowance renews, on UTC boundaries. It is
+// core's type, so funding evidence can carry it to the data plane (seed
+// 000's "window").
+type Period = core.BudgetPeriod
 
 const (
-	PeriodNone  Period = iota // no allowance; top-ups only
-	PeriodDay                 // 00:00 UTC each day
-	PeriodWeek                // 00:00 UTC each Monday
-	PeriodMonth               // 00:00 UTC on the 1st
+	PeriodNone  = core.PeriodNone  // no allowance; top-ups only
+	PeriodDay   = core.PeriodDay   // 00:00 UTC each day
+	PeriodWeek  = core.PeriodWeek  // 00:00 UTC each Monday
+	PeriodMonth = core.PeriodMonth // 00:00 UTC on the 1st
 )
 
 // Budget is an account's renewing allowance.

@@ -38,6 +38,7 @@ type daemon struct {
 	node     *node.Node
 	exporter *control.Exporter
 	prov     *control.Provisioner
+	claims   *control.PostPaidClaims
 	admin    *http.Server
 	stop     chan struct{}
 	done     chan struct{}
@@ -92,7 +93,7 @@ func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err 
 			MaxConns: cfg.loop.maxConns, MaxOutput: cfg.loop.maxOutput,
 			IdleTimeout: cfg.loop.idle, HeaderTimeout: cfg.loop.header, BodyTimeout: cfg.loop.body,
 		},
-		Plane: control.Config{Spool: d.spool, UsageChanged: func(ids []core.AccountID) {
+		Plane: control.Config{Spool: d.spool, Claims: d.claims, UsageChanged: func(ids []core.AccountID) {
 			if p := prov.Load(); p != nil {
 				p.UsageChanged(ids)
 			}
@@ -171,6 +172,8 @@ func (d *daemon) openSpool(cfg config) error {
 		d.log.Info().Int("events", replayed).Msg("usage spool replayed; billing it")
 	}
 	d.exporter = control.NewExporter(s, d.store, 256)
+	d.claims = control.NewPostPaidClaims()
+	d.exporter.Claims = d.claims
 	d.exporter.Resume(s.Stats().Released)
 	exp.Store(d.exporter)
 	return nil

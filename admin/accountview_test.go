@@ -1,0 +1,44 @@
+package admin
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/tollgated/tollgated/core"
+	"github.com/tollgated/tollgated/ledger"
+)
+
+func TestViewAccount(t *testing.T) {
+	a := ledger.Account{
+		AccountSpec: ledger.AccountSpec{ID: "ag", Parent: "ws", Capacity: core.CapacityBestEffort},
+		Scope:       core.ScopeAgent, Status: core.StatusSuspended, PolicyGeneration: 9,
+		Budget:    ledger.Budget{Allowance: 10, Period: ledger.PeriodMonth},
+		Deposited: 30, AllowanceLeft: 4, TopUpLeft: 6, Outstanding: 5, Settled: 15,
+		PeriodStart: startNs, PeriodEnd: startNs + 1,
+	}
+	v := viewAccount(&a)
+	if *v.Parent != "ws" || v.Scope != "agent" || v.Status != "suspended" || v.Capacity != "best_effort" ||
+		v.Balance != 10 || v.Budget.Period != "month" || *v.PeriodStart != "2026-06-27T08:00:00Z" ||
+		*v.PeriodEnd != "2026-06-27T08:00:00.000000001Z" {
+		t.Fatalf("%+v", v)
+	}
+	b, _ := json.Marshal(viewAccount(&ledger.Account{AccountSpec: ledger.AccountSpec{ID: "root"}}))
+	var m map[string]any
+	json.Unmarshal(b, &m)
+	if m["parent"] != nil || m["period_start"] != nil || m["period_end"] != nil {
+		t.Fatalf("a root without a period must show nulls: %s", b)
+	}
+}
+
+func TestNamesOfUnknownValues(t *testing.T) {
+	// Values a newer ledger might store must not panic or look valid.
+	if scopeName(core.ScopeNone) != "none" || scopeName(core.Scope(9)) != "none" {
+		t.Fatal("scope")
+	}
+	if periodName(ledger.Period(9)) != "unknown" {
+		t.Fatal("period")
+	}
+	if capacityName(core.CapacityAssured) != "assured" {
+		t.Fatal("capacity")
+	}
+}

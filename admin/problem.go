@@ -1,0 +1,138 @@
+package admin
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/tollgated/tollgated/ledger"
+)
+
+// apiError is an error the admin API answers as application/problem+json
+// with a stable code. Handlers return one; anything else they return is an
+// internal error, logged but never shown.
+type apiError struct {
+	status int
+	code   string
+	title  string
+	detail string
+	field  string
+}
+
+func (e *apiError) Error() string {
+	if e.field != "" {
+		return fmt.Sprintf("%s (%d): %s: %s", e.code, e.status, e.field, e.detail)
+	}
+	return fmt.Sprintf("%s (%d): %s", e.code, e.status, e.detail)
+}
+
+// The stable codes. docs/API.md lists each; titles are for people.
+const (
+	codeInvalidJSON      = "invalid-json"
+	codeInvalidField     = "invalid-field"
+	codeInvalidQuery     = "invalid-query"
+	codeTooLarge         = "too-large"
+	codeUnauthorized     = "unauthorized"
+	codeUnknownAccount   = "unknown-account"
+	codeNotFound         = "not-found"
+	codeMethodNotAllowed = "method-not-allowed"
+	codeConflict         = "conflict"
+	codeClosedAccount    = "closed-account"
+	codeOverflow         = "overflow"
+	codeInternal         = "internal"
+)
+
+var titles = map[string]string{
+	codeInvalidJSON:      "Body is not valid JSON",
+	codeInvalidField:     "A field is invalid",
+	codeInvalidQuery:     "A query parameter is invalid",
+	codeTooLarge:         "Body too large",
+	codeUnauthorized:     "Admin token required",
+	codeUnknownAccount:   "No such account",
+	codeNotFound:         "Not found",
+	codeMethodNotAllowed: "Method not allowed",
+	codeConflict:         "Conflicts with existing state",
+	codeClosedAccount:    "Account is closed",
+	codeOverflow:         "Amount would overflow",
+	codeInternal:         "Internal error",
+}
+
+var statuses = map[string]int{
+	codeInvalidJSON:      http.StatusBadRequest,
+	codeInvalidField:     http.StatusUnprocessableEntity,
+	codeInvalidQuery:     http.StatusBadRequest,
+	codeTooLarge:         http.StatusRequestEntityTooLarge,
+	codeUnauthorized:     http.StatusUnauthorized,
+	codeUnknownAccount:   http.StatusNotFound,
+	codeNotFound:         http.StatusNotFound,
+	codeMethodNotAllowed: http.StatusMethodNotAllowed,
+	codeConflict:         http.StatusConflict,
+	codeClosedAccount:    http.StatusConflict,
+	codeOverflow:         http.StatusUnprocessableEntity,
+	codeInternal:         http.StatusInternalServerError,
+}
+
+func problemf(code, format string, args ...any) *apiError {
+	return &apiError{status: statuses[code], code: code, title: titles[code], detail: fmt.Sprintf(format, args...)}
+}
+
+func fieldProblem(field, format string, args ...any) *apiError {
+	e := problemf(codeInvalidField, format, args...)
+	e.field = field
+	return e
+}
+
+// problem is the wire form (RFC 9457), shaped like the data plane's:
+// type, title, status, code, plus detail and, for invalid-field, field.
+type problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Code   string `json:"code"`
+	Detail string `json:"detail,omitempty"`
+	Field  string `json:"field,omitempty"`
+}
+
+// writeProblem answers e. A 401 carries the Bearer challenge; a token was
+// presented if the request had an Authorization header, which RFC 6750
+// answers with error="invalid_token".
+func writeProblem(w http.ResponseWriter, r *http.Request, e *apiError) {
+	h := w.Header()
+	if e.status == http.StatusUnauthorized {
+		challenge := `Bearer realm="tollgated-admin"`
+		if r.Header.Get("Authorization") != "" {
+			challenge += `, error="invalid_token"`
+		}
+		h.Set("WWW-Authenticate", challenge)
+	}
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(e.status)
+	// A problem of strings and an int always encodes.
+	_ = json.NewEncoder(w).Encode(problem{Type: "about:blank", Title: e.title, Status: e.status, Code: e.code, Detail: e.detail, Field: e.field})
+}
+
+// ledgerError maps a store error onto the API's codes. notFound is the
+// answer for ledger.ErrNotFound, which means different things per route
+// (an unknown account, key or token). Errors without an API meaning come
+// back wrapped, for the caller to log as internal.
+func ledgerError(err error, notFound *apiError) error {
+	var e *apiError
+	switch {
+	case errors.As(err, &e):
+		return e
+	case errors.Is(err, ledger.ErrNotFound):
+		return notFound
+	case errors.Is(err, ledger.ErrClosedAccount):
+		return problemf(codeClosedAccount, "%v", err)
+	case errors.Is(err, ledger.ErrConflict):
+		return problemf(codeConflict, "%v", err)
+	case errors.Is(err, ledger.ErrOverflow):
+		return problemf(codeOverflow, "%v", err)
+	case errors.Is(err, ledger.ErrInvalid):
+		return problemf(codeInvalidField, "%v", err)
+	}
+	return fmt.Errorf("admin: ledger: %w", err)
+}

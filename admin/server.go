@@ -1,0 +1,199 @@
+// Package admin is tollgated's admin HTTP API: accounts, their status,
+// policies, budgets and deposits, API keys and platform tokens, views of
+// usage, leases and the audit log, plus /metrics and /debug/pprof/. It runs
+// on its own listener (loopback by default), on net/http: it is not the hot
+// path, and clarity beats speed here.
+//
+// Every request needs Authorization: Bearer <admin token> (EnsureAdminToken
+// provisions one). Every change is made in the ledger first, then recorded
+// as an audit record (actor "admin", before and after), then handed to the
+// Publisher so the data plane picks it up. The ledger is the truth: when
+// the audit record or the publication fails afterwards, the change stands
+// and the response says what failed (audit_error, publish_error) alongside
+// the new state. Repeating an idempotent request publishes again.
+package admin
+
+import (
+	"crypto/rand"
+	"errors"
+	"io"
+	"maps"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+
+	"github.com/tollgated/tollgated/core"
+	"github.com/tollgated/tollgated/credential"
+	"github.com/tollgated/tollgated/ledger"
+)
+
+// Publisher carries ledger changes to the data plane; the control plane
+// implements it.
+type Publisher interface {
+	// AccountChanged is called after every change to an account (create,
+	// status, policy, budget, deposit) with the ledger's new state, so the
+	// data plane can republish its snapshot and funding evidence. It is
+	// also called when an idempotent request repeats a change, so repeating
+	// the request retries a publication that failed. An error is reported
+	// in the response; the ledger change stands.
+	AccountChanged(acct ledger.Account) error
+	// BindKey makes a new API key's digest authenticate as account.
+	BindKey(d credential.Digest, account core.AccountID)
+	// RevokeKey stops a key at once.
+	RevokeKey(d credential.Digest)
+	// BindPlatformToken and RevokePlatformToken do the same for the
+	// seed-000 platform tokens.
+	BindPlatformToken(d credential.Digest)
+	RevokePlatformToken(d credential.Digest)
+}
+
+// Config is what an admin Server needs.
+type Config struct {
+	Store ledger.Store // required
+	// Hasher digests API keys and platform tokens under the server secret.
+	// Required. It is not safe for concurrent use: the Server uses it only
+	// under its own lock, so give it one no other goroutine uses.
+	Hasher *credential.Hasher
+	// Publisher is called with the Server's lock held, in ledger order.
+	// Required.
+	Publisher Publisher
+	// Registry receives the admin metrics and is what /metrics serves;
+	// nil means a fresh registry with only the admin metrics.
+	Registry *prometheus.Registry
+	Now      func() int64   // Unix ns; nil means the wall clock
+	Log      zerolog.Logger // the zero Logger logs nothing
+	Rand     io.Reader      // secrets and ids; nil means crypto/rand
+}
+
+// Server serves the admin API.
+type Server struct {
+	store   ledger.Store
+	pub     Publisher
+	reg     *prometheus.Registry
+	now     func() int64
+	log     zerolog.Logger
+	metrics *metrics
+	scrape  http.Handler // promhttp over reg
+	handler http.Handler
+
+	// mu serialises changes. The ledger makes each change atomic, but an
+	// audit record's before is read just ahead of the change: holding mu
+	// keeps admin changes from interleaving between the two, and keeps
+	// publications in ledger order. It also guards hasher (not safe for
+	// concurrent use) and rand (a caller's reader may not be).
+	mu     sync.Mutex
+	hasher *credential.Hasher
+	rand   io.Reader
+}
+
+// New validates cfg and builds the Server, registering its metrics.
+func New(cfg Config) (*Server, error) {
+	switch {
+	case cfg.Store == nil:
+		return nil, errors.New("admin: Config.Store is required")
+	case cfg.Hasher == nil:
+		return nil, errors.New("admin: Config.Hasher is required")
+	case cfg.Publisher == nil:
+		return nil, errors.New("admin: Config.Publisher is required")
+	}
+	s := &Server{
+		store: cfg.Store, hasher: cfg.Hasher, pub: cfg.Publisher, reg: cfg.Registry,
+		now: cfg.Now, log: cfg.Log, rand: cfg.Rand,
+	}
+	if s.reg == nil {
+		s.reg = prometheus.NewRegistry()
+	}
+	if s.now == nil {
+		s.now = func() int64 { return time.Now().UnixNano() }
+	}
+	if s.rand == nil {
+		s.rand = rand.Reader
+	}
+	m, err := newMetrics(s.reg)
+	if err != nil {
+		return nil, err
+	}
+	s.metrics = m
+	s.scrape = promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{})
+	s.handler = s.routes()
+	return s, nil
+}
+
+// Handler is the admin API. Serve it with timeouts that suit pprof's
+// profile and trace (their duration is the caller's "seconds" parameter).
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// endpoint is one method of one route. It answers itself on success and
+// returns an error otherwise: an *apiError is the answer, anything else is
+// logged and answered as internal.
+type endpoint func(w http.ResponseWriter, r *http.Request) error
+
+type methods map[string]endpoint
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	handle := func(pattern string, m methods) {
+		mux.Handle(pattern, s.instrument(pattern, s.dispatch(m)))
+	}
+	handle("/v1/accounts", methods{http.MethodPost: s.createAccount})
+	handle("/v1/accounts/{id}", methods{http.MethodGet: s.getAccount})
+	handle("/v1/accounts/{id}/status", methods{http.MethodPost: s.setStatus})
+	handle("/v1/accounts/{id}/policy", methods{http.MethodGet: s.getPolicy, http.MethodPut: s.putPolicy})
+	handle("/v1/accounts/{id}/budget", methods{http.MethodPut: s.setBudget})
+	handle("/v1/accounts/{id}/deposits", methods{http.MethodPost: s.deposit})
+	handle("/v1/accounts/{id}/keys", methods{http.MethodPost: s.createKey, http.MethodGet: s.listKeys})
+	handle("/v1/accounts/{id}/keys/{key_id}", methods{http.MethodDelete: s.revokeKey})
+	handle("/v1/accounts/{id}/usage", methods{http.MethodGet: s.usage})
+	handle("/v1/platform-tokens", methods{http.MethodPost: s.createPlatformToken, http.MethodGet: s.listPlatformTokens})
+	handle("/v1/platform-tokens/{id}", methods{http.MethodDelete: s.revokePlatformToken})
+	handle("/v1/leases", methods{http.MethodGet: s.leases})
+	handle("/v1/audit", methods{http.MethodGet: s.auditLog})
+	handle("/metrics", methods{http.MethodGet: s.serveMetrics})
+	s.mountPprof(handle)
+	// Everything else: 404 as a problem (after authentication, so the
+	// listener does not reveal which paths exist).
+	mux.Handle("/", s.instrument("unmatched", s.dispatch(methods{})))
+	return mux
+}
+
+// dispatch authenticates, then calls the endpoint for the method, or
+// answers 405 (404 for unmatched paths, which have no methods).
+func (s *Server) dispatch(m methods) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := s.authorize(r); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		if len(m) == 0 {
+			s.fail(w, r, problemf(codeNotFound, "no route for %s", r.URL.Path))
+			return
+		}
+		h, ok := m[r.Method]
+		if !ok {
+			w.Header().Set("Allow", strings.Join(slices.Sorted(maps.Keys(m)), ", "))
+			s.fail(w, r, problemf(codeMethodNotAllowed, "%s does not allow %s", r.URL.Path, methodLabel(r.Method)))
+			return
+		}
+		if err := h(w, r); err != nil {
+			s.fail(w, r, err)
+		}
+	})
+}
+
+// fail answers err, counting it; internal errors are logged and answered
+// without detail, since they may name files or internals.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var e *apiError
+	if !errors.As(err, &e) {
+		s.log.Error().Err(err).Str("method", r.Method).Str("path", r.URL.Path).Msg("admin: internal error")
+		e = problemf(codeInternal, "the request failed; see the server log")
+	}
+	s.metrics.errors.WithLabelValues(e.code).Inc()
+	writeProblem(w, r, e)
+}
