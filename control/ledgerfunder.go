@@ -52,8 +52,14 @@ type FundingStats struct {
 
 type nodeLease struct {
 	id, token        uint64
+	granted          core.CostUnits
 	pool, out, spent core.CostUnits
 	expires          int64
+	// short: the ledger granted less than was asked — the account is near
+	// exhaustion, so a successor is asked for only once this lease cannot
+	// serve at all, not at low water (which would split a small balance
+	// over ever smaller leases).
+	short bool
 }
 
 type fundedAccount struct {
@@ -125,7 +131,7 @@ func (f *LedgerFunder) Grant(id core.AccountID, want, need core.CostUnits, now i
 	}
 	l.pool -= units
 	l.out += units
-	if l.pool < f.cfg.Target/4 || now >= l.expires-int64(f.cfg.Renew) {
+	if (!l.short && l.pool < l.granted/4) || now >= l.expires-int64(f.cfg.Renew) {
 		f.schedule(fa, now)
 	}
 	return Grant{Token: l.token, Units: units, Until: l.expires - int64(f.cfg.Margin)}, nil
@@ -245,6 +251,10 @@ func (f *LedgerFunder) done(r ledgerResult) {
 			return
 		}
 		f.stats.Released++
+		// Its units are back in the balance: a refused account may be
+		// fundable again.
+		fa.refusedAt = 0
+		f.plane.fundStarving(fa.id)
 		return
 	}
 	fa.busy = false
@@ -267,7 +277,8 @@ func (f *LedgerFunder) done(r ledgerResult) {
 		fa.refusedAt = now // back off as after a refusal
 		if r.job.kind == jobConsolidate && !r.released {
 			// Nothing happened in the ledger: the lease is still ours.
-			fa.cur = &nodeLease{id: r.job.lease, token: r.job.token, pool: r.job.unspent, expires: r.job.leaseExpires}
+			fa.cur = &nodeLease{id: r.job.lease, token: r.job.token, granted: r.job.unspent, pool: r.job.unspent,
+				expires: r.job.leaseExpires}
 		}
 		return
 	}
@@ -277,7 +288,8 @@ func (f *LedgerFunder) done(r ledgerResult) {
 		f.stats.Acquired++
 	}
 	fa.refusedAt, fa.need = 0, 0
-	nl := &nodeLease{id: r.lease.ID, token: r.lease.Token, pool: r.lease.Granted, expires: r.lease.ExpiresAt}
+	nl := &nodeLease{id: r.lease.ID, token: r.lease.Token, granted: r.lease.Granted, pool: r.lease.Granted,
+		expires: r.lease.ExpiresAt, short: r.lease.Granted < r.job.want}
 	fa.tokens[nl.token] = nl.id
 	old := fa.cur
 	fa.cur = nl
