@@ -2,6 +2,7 @@ package control
 
 import (
 	"errors"
+	"math/bits"
 	"time"
 
 	"github.com/tollgated/tollgated/core"
@@ -54,6 +55,7 @@ type nodeLease struct {
 	id, token        uint64
 	granted          core.CostUnits
 	pool, out, spent core.CostUnits
+	grantedAt        int64
 	expires          int64
 	// short: the ledger granted less than was asked — the account is near
 	// exhaustion, so a successor is asked for only once this lease cannot
@@ -73,6 +75,33 @@ type fundedAccount struct {
 	lastGrant int64
 	ev        ledger.Evidence // the ledger's last word on funding
 	hasEv     bool
+	// rate is how fast the account drew on its last lease (units/s): the
+	// next lease asks for leaseSeconds of it, so a busy account renews a
+	// few times a minute instead of on every burst.
+	rate core.CostUnits
+}
+
+// leaseSeconds is how many seconds of an account's recent draw a node
+// lease asks for, at least.
+const leaseSeconds = 2
+
+// maxWant bounds one lease request.
+const maxWant = core.CostUnits(1) << 50
+
+// noteDraw records how fast l was drawn on, from its grant until now.
+func (fa *fundedAccount) noteDraw(l *nodeLease, now int64) {
+	if l == nil || now <= l.grantedAt {
+		return
+	}
+	drawn := uint64(l.granted - min(l.pool, l.granted))
+	hi, lo := bits.Mul64(drawn, 1e9)
+	elapsed := uint64(now - l.grantedAt)
+	if hi >= elapsed {
+		fa.rate = maxWant
+		return
+	}
+	perSec, _ := bits.Div64(hi, lo, elapsed)
+	fa.rate = core.CostUnits(min(perSec, uint64(maxWant)))
 }
 
 // NewLedgerFunder returns a funder over store. Start its worker with the
@@ -218,8 +247,9 @@ func (f *LedgerFunder) schedule(fa *fundedAccount, now int64) {
 		return
 	}
 	fa.busy = true
-	job := ledgerJob{account: fa.id, want: max(f.cfg.Target, fa.need), need: fa.need,
-		ttl: int64(f.cfg.TTL), now: now}
+	fa.noteDraw(fa.cur, now)
+	want := min(max(f.cfg.Target, fa.need, leaseSeconds*fa.rate), maxWant)
+	job := ledgerJob{account: fa.id, want: want, need: fa.need, ttl: int64(f.cfg.TTL), now: now}
 	if l := fa.cur; l != nil && l.out == 0 {
 		job.kind, job.lease, job.token, job.unspent = jobConsolidate, l.id, l.token, l.pool
 		job.leaseExpires = l.expires
@@ -289,7 +319,7 @@ func (f *LedgerFunder) done(r ledgerResult) {
 	}
 	fa.refusedAt, fa.need = 0, 0
 	nl := &nodeLease{id: r.lease.ID, token: r.lease.Token, granted: r.lease.Granted, pool: r.lease.Granted,
-		expires: r.lease.ExpiresAt, short: r.lease.Granted < r.job.want}
+		grantedAt: now, expires: r.lease.ExpiresAt, short: r.lease.Granted < r.job.want}
 	fa.tokens[nl.token] = nl.id
 	old := fa.cur
 	fa.cur = nl

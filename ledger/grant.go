@@ -65,8 +65,9 @@ func GrantSize(limit, want, need core.CostUnits) core.CostUnits {
 
 // EvidenceOf is what the ledger attests about the leaf of chain: the
 // tightest scope's Balance + Outstanding (an upper bound on what the leaf
-// can still spend, units already leased included), that scope, and its
-// PeriodEnd (0 without a period). Ties go to the scope closest to the leaf.
+// can still spend, units already leased included), that scope, its
+// PeriodEnd (0 without a period) and its budget Period. Ties go to the
+// scope closest to the leaf.
 func EvidenceOf(chain []*Account) (Evidence, error) {
 	if len(chain) == 0 {
 		return Evidence{}, fmt.Errorf("%w: empty funding chain", ErrInvalid)
@@ -156,7 +157,7 @@ func Acquire(an Ancestry, id uint64, want, need core.CostUnits, ttl, now int64) 
 		if token == math.MaxUint64 {
 			return fmt.Errorf("%w: fencing tokens of %s", ErrOverflow, leaf.ID)
 		}
-		_ = n
+		n[0].NextToken++
 		rec = LeaseRecord{
 			Lease: Lease{ID: id, Account: leaf.ID, Token: token, Granted: g,
 				State: LeaseActive, GrantedAt: now, ExpiresAt: now + ttl},

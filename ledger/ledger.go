@@ -70,7 +70,7 @@ type Account struct {
 	TopUpLeft     core.CostUnits // top-ups not yet leased or spent
 	Outstanding   core.CostUnits // granted to active leases, not yet settled or returned
 	Settled       core.CostUnits // billed usage
-	Loss          core.CostUnits // forfeited by leases reclaimed after expiry
+	Loss          core.CostUnits // forfeited by ended leases (reclaimed, or released with a gap); late usage turns it into Settled
 	Expired       core.CostUnits // allowance left over at a period's end
 
 	PeriodStart, PeriodEnd int64 // current budget period; both 0 when PeriodNone
@@ -109,7 +109,7 @@ const (
 )
 
 // Lease is funding granted to a node for one account. Units were taken from
-// the account and from each metered ancestor (Funders).
+// the account and from each metered ancestor (see LeaseRecord.Funding).
 type Lease struct {
 	ID        uint64 // unique in the store
 	Account   core.AccountID
@@ -215,8 +215,9 @@ type Store interface {
 	Accounts(ctx context.Context) ([]Account, error)
 	SetStatus(ctx context.Context, id core.AccountID, s core.Status) (Account, error)
 	SetPolicy(ctx context.Context, id core.AccountID, policy []byte) (Account, error)
-	// SetBudget sets the schedule; a new period starts at the current
-	// boundary and deposits one allowance if none was granted for it.
+	// SetBudget sets the schedule. The same budget again is a no-op;
+	// otherwise the allowance left expires, the period containing now
+	// starts and one allowance of the new budget is deposited.
 	SetBudget(ctx context.Context, id core.AccountID, b Budget, now int64) (Account, error)
 	// Deposit adds a top-up, idempotent by key: a repeat returns dup=true
 	// and changes nothing.

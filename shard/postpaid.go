@@ -67,8 +67,8 @@ func (s *Shard) servePostPaid(r *Request) {
 		s.writeProblem(r.Resp, fasthttp.StatusBadRequest, "invalid-body", problem)
 		return
 	}
-	if r.Defer == nil || !s.cfg.AckDurable {
-		s.writeProblem(r.Resp, fasthttp.StatusServiceUnavailable, "usage-unavailable", "This node keeps no durable usage")
+	if r.Defer == nil {
+		s.writeProblem(r.Resp, fasthttp.StatusServiceUnavailable, "usage-unavailable", "This transport cannot wait for durable usage")
 		return
 	}
 	ticket := r.Defer()

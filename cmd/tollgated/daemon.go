@@ -98,7 +98,7 @@ func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err 
 				p.UsageChanged(ids)
 			}
 		}},
-		Funder: funder, Durable: true, DrainUsage: d.drainUsage, Log: log,
+		Funder: funder, Durable: cfg.ack == "durable", DrainUsage: d.drainUsage, Log: log,
 	})
 	if err != nil {
 		return nil, err
@@ -121,6 +121,9 @@ func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err 
 		return nil, err
 	}
 	d.node.Plane().MarkReady()
+	if cfg.ack != "durable" {
+		log.Warn().Str("ack", cfg.ack).Msg("answers are sent before their usage is on disk: a crash can lose the last few milliseconds of billed usage")
+	}
 	log.Info().Int("shards", len(shardCPUs)).Str("listen", d.node.Addr()).Str("admin", adminAddr).
 		Int("accounts", accounts).Int("keys", keys).Str("data_dir", cfg.dataDir).Msg("tollgated ready")
 	return d, nil
@@ -171,7 +174,7 @@ func (d *daemon) openSpool(cfg config) error {
 	if replayed > 0 {
 		d.log.Info().Int("events", replayed).Msg("usage spool replayed; billing it")
 	}
-	d.exporter = control.NewExporter(s, d.store, 256)
+	d.exporter = control.NewExporter(s, d.store, exportBatch)
 	d.claims = control.NewPostPaidClaims()
 	d.exporter.Claims = d.claims
 	d.exporter.Resume(s.Stats().Released)
@@ -183,7 +186,7 @@ func (d *daemon) openSpool(cfg config) error {
 func (d *daemon) background() {
 	defer close(d.done)
 	go d.prov.Maintain(d.stop, time.Second)
-	d.exporter.Run(d.stop, 20*time.Millisecond)
+	d.exporter.Run(d.stop, exportInterval)
 }
 
 // startAdmin serves the admin API and returns the address it listens on.
@@ -265,3 +268,11 @@ func (d *daemon) close() {
 		}
 	}
 }
+
+// Usage moves from the spool to the ledger in few, large transactions: a
+// ledger commit (and the spool's release mark) costs the same for one event
+// as for thousands, and the exporter shares the CPUs with the shards.
+const (
+	exportBatch    = 4096
+	exportInterval = 100 * time.Millisecond
+)

@@ -70,11 +70,12 @@ func (s *syncBuffer) String() string {
 }
 
 func TestStartsReportsShardsAndStops(t *testing.T) {
+	dir := t.TempDir()
 	var out, logs syncBuffer
 	stop := make(chan struct{})
 	code := make(chan int, 1)
 	go func() {
-		code <- run([]string{"--shards", "3", "--listen", "127.0.0.1:0", "--demo-key", "k-demo", "--log-level", "debug"}, noEnv, &out, &logs, stop)
+		code <- run([]string{"--shards", "3", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--data-dir", dir, "--demo-key", "k-demo", "--log-level", "debug"}, noEnv, &out, &logs, stop)
 	}()
 	deadline := time.Now().Add(10 * time.Second)
 	for !strings.Contains(logs.String(), "tollgated ready") {

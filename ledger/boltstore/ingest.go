@@ -1,0 +1,148 @@
+package boltstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/tollgated/tollgated/core"
+	"github.com/tollgated/tollgated/ledger"
+)
+
+// Ingest implements ledger.Store: the whole batch is one transaction, and
+// an error (overflow, storage) records nothing of it.
+//
+// Every event id is recorded with its verdict, Rejected ones included, so
+// a retried event is Duplicate and is never re-evaluated: a verdict is
+// final, which keeps ingest idempotent even where re-evaluation could
+// differ (an account created later, for instance). An id seen before, in
+// an earlier batch or earlier in this one, is Duplicate and changes
+// nothing. Unknown accounts, unknown sources, zero units, and lease usage
+// that does not match its lease or does not fit in it are Rejected (see
+// ledger.SettleLease). Accepted events are kept per account for UsageOf.
+func (s *Store) Ingest(ctx context.Context, events []ledger.Usage, now int64) ([]ledger.IngestResult, error) {
+	results := make([]ledger.IngestResult, len(events))
+	err := s.update(ctx, func(x *txn) error {
+		seen := x.bucket(bucketEvents)
+		for i := range events {
+			e := &events[i]
+			if seen.Get(e.ID[:]) != nil {
+				results[i] = ledger.Duplicate
+				continue
+			}
+			r, err := x.ingest(e, now)
+			if err != nil {
+				return fmt.Errorf("usage event %x: %w", e.ID, err)
+			}
+			results[i] = r
+			if err := seen.Put(e.ID[:], []byte{byte(r)}); err != nil {
+				return err
+			}
+			if r == ledger.Accepted {
+				if err := x.recordUsage(e, s.history); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return results, nil
+}
+
+// ingest applies one new event and returns its verdict; an error aborts
+// the batch.
+func (x *txn) ingest(e *ledger.Usage, now int64) (ledger.IngestResult, error) {
+	if e.Units == 0 || e.Account.Validate() != nil {
+		return ledger.Rejected, nil
+	}
+	an, err := x.ancestry(e.Account)
+	if errors.Is(err, ledger.ErrNotFound) {
+		return ledger.Rejected, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	switch e.Source {
+	case ledger.UsageLease:
+		rec, err := x.lease(e.LeaseID)
+		if errors.Is(err, ledger.ErrNotFound) {
+			return ledger.Rejected, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		funders, err := x.funders(rec)
+		if err != nil {
+			return 0, err
+		}
+		ok, err := ledger.SettleLease(rec, funders, e)
+		if err != nil || !ok {
+			return ledger.Rejected, err
+		}
+	case ledger.UsageOverage:
+		if err := ledger.SettleOverage(an.Chain(), e.Units); err != nil {
+			return 0, err
+		}
+	case ledger.UsagePostPaid:
+		if err := ledger.SettlePostPaid(an.Chain(), e.Units, now); err != nil {
+			return 0, err
+		}
+	default:
+		return ledger.Rejected, nil
+	}
+	return ledger.Accepted, nil
+}
+
+// recordUsage keeps e in its account's recent usage, dropping the event
+// that falls out of the last history ones. Each account's bucket has its
+// own sequence, so the one to drop is found without counting.
+func (x *txn) recordUsage(e *ledger.Usage, history uint64) error {
+	b, err := x.bucket(bucketUsage).CreateBucketIfNotExists([]byte(e.Account))
+	if err != nil {
+		return err
+	}
+	seq, err := b.NextSequence()
+	if err != nil {
+		return err
+	}
+	if err := b.Put(u64Key(seq), encodeUsage(e)); err != nil {
+		return err
+	}
+	if seq > history {
+		return b.Delete(u64Key(seq - history))
+	}
+	return nil
+}
+
+// UsageOf implements ledger.Store: id's most recent accepted usage, newest
+// first, at most limit (and at most Options.UsageHistory) events.
+func (s *Store) UsageOf(ctx context.Context, id core.AccountID, limit int) (out []ledger.Usage, err error) {
+	if limit <= 0 {
+		return nil, fmt.Errorf("%w: usage limit %d", ledger.ErrInvalid, limit)
+	}
+	err = s.view(ctx, func(x *txn) error {
+		if _, err := x.account(id); err != nil {
+			return err
+		}
+		b := x.bucket(bucketUsage).Bucket([]byte(id))
+		if b == nil {
+			return nil
+		}
+		c := b.Cursor()
+		for k, v := c.Last(); k != nil && len(out) < limit; k, v = c.Prev() {
+			u, err := decodeUsage(v)
+			if err != nil {
+				return fmt.Errorf("usage %x of %s: %w", k, id, err)
+			}
+			out = append(out, u)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}

@@ -1,0 +1,185 @@
+package boltstore
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/tollgated/tollgated/core"
+	"github.com/tollgated/tollgated/ledger"
+)
+
+// Acquire implements ledger.Store (see ledger.Acquire). A refusal is a
+// *ledger.Refusal and changes nothing; the evidence is returned either way.
+func (s *Store) Acquire(ctx context.Context, id core.AccountID, want, need core.CostUnits, ttl, now int64) (ledger.Lease, ledger.Evidence, error) {
+	if err := ledger.ValidateGrant(want, ttl, now); err != nil {
+		return ledger.Lease{}, ledger.Evidence{}, err
+	}
+	var rec ledger.LeaseRecord
+	var ev ledger.Evidence
+	err := s.update(ctx, func(x *txn) error {
+		an, err := x.ancestry(id)
+		if err != nil {
+			return err
+		}
+		leaseID, err := x.nextLeaseID()
+		if err != nil {
+			return err
+		}
+		if rec, ev, err = ledger.Acquire(an, leaseID, want, need, ttl, now); err != nil {
+			return err
+		}
+		x.insertLease(rec)
+		return nil
+	})
+	if err != nil {
+		return ledger.Lease{}, ev, err
+	}
+	return rec.Lease, ev, nil
+}
+
+// Consolidate implements ledger.Store (see ledger.Consolidate). If the
+// replacement is refused, the release is still committed and the
+// *ledger.Refusal returned; any other error changes nothing.
+func (s *Store) Consolidate(ctx context.Context, leaseID, token uint64, unspent, want, need core.CostUnits, ttl, now int64) (ledger.Lease, ledger.Evidence, error) {
+	if err := ledger.ValidateGrant(want, ttl, now); err != nil {
+		return ledger.Lease{}, ledger.Evidence{}, err
+	}
+	var next ledger.LeaseRecord
+	var ev ledger.Evidence
+	var refusal error
+	err := s.update(ctx, func(x *txn) error {
+		rec, err := x.lease(leaseID)
+		if err != nil {
+			return err
+		}
+		an, err := x.ancestry(rec.Account)
+		if err != nil {
+			return err
+		}
+		id, err := x.nextLeaseID()
+		if err != nil {
+			return err
+		}
+		next, ev, err = ledger.Consolidate(rec, an, token, unspent, want, need, ttl, now, id)
+		if _, refused := errors.AsType[*ledger.Refusal](err); refused {
+			refusal = err // commit the release; report the refusal
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		x.insertLease(next)
+		return nil
+	})
+	if err == nil {
+		err = refusal
+	}
+	if err != nil {
+		return ledger.Lease{}, ev, err
+	}
+	return next.Lease, ev, nil
+}
+
+// Release implements ledger.Store (see ledger.Release).
+func (s *Store) Release(ctx context.Context, leaseID, token uint64, unspent core.CostUnits, now int64) error {
+	return s.update(ctx, func(x *txn) error {
+		rec, err := x.lease(leaseID)
+		if err != nil {
+			return err
+		}
+		funders, err := x.funders(rec)
+		if err != nil {
+			return err
+		}
+		return ledger.Release(rec, funders, token, unspent, now)
+	})
+}
+
+// Reclaim implements ledger.Store. It walks the expiry index (active leases
+// by ExpiresAt, then id) from the oldest, so it reads only leases that are
+// due: those with ExpiresAt + grace <= now.
+func (s *Store) Reclaim(ctx context.Context, now, grace int64, limit int) (n int, err error) {
+	if grace < 0 || limit <= 0 {
+		return 0, fmt.Errorf("%w: reclaim grace %d, limit %d", ledger.ErrInvalid, grace, limit)
+	}
+	if now < math.MinInt64+grace {
+		return 0, nil // nothing can have expired that long ago
+	}
+	cutoff := now - grace // ExpiresAt + grace <= now, without overflow
+	err = s.update(ctx, func(x *txn) error {
+		var due []uint64
+		c := x.bucket(bucketExpiry).Cursor()
+		for k, _ := c.First(); k != nil && len(due) < limit && keyTime(k) <= cutoff; k, _ = c.Next() {
+			if len(k) != 16 {
+				return fmt.Errorf("%w: expiry index key %x", ErrCorrupt, k)
+			}
+			due = append(due, seqOf(k[8:]))
+		}
+		for _, id := range due {
+			rec, err := x.lease(id)
+			if err != nil {
+				return fmt.Errorf("%w: expiry index names lease %d: %w", ErrCorrupt, id, err)
+			}
+			funders, err := x.funders(rec)
+			if err != nil {
+				return err
+			}
+			if err := ledger.Forfeit(rec, funders); err != nil {
+				return err
+			}
+		}
+		n = len(due)
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// Leases implements ledger.Store: every lease, or only the active ones
+// (read through the expiry index), in id order.
+func (s *Store) Leases(ctx context.Context, active bool) (out []ledger.Lease, err error) {
+	err = s.view(ctx, func(x *txn) error {
+		if !active {
+			return x.bucket(bucketLeases).ForEach(func(k, v []byte) error {
+				rec, err := decodeLease(seqOf(k), v)
+				out = append(out, rec.Lease)
+				return err
+			})
+		}
+		var ids []uint64
+		err := x.bucket(bucketExpiry).ForEach(func(k, _ []byte) error {
+			ids = append(ids, seqOf(k[8:]))
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		slices.Sort(ids)
+		for _, id := range ids {
+			rec, err := x.lease(id)
+			if err != nil {
+				return err
+			}
+			out = append(out, rec.Lease)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// seqOf reads a u64Key (0 if k is not one; sequences start at 1).
+func seqOf(k []byte) uint64 {
+	if len(k) != 8 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(k)
+}

@@ -1,0 +1,177 @@
+// Package boltstore is the embedded, durable ledger backend: one bbolt file
+// holds every account, lease, usage event, key, token and audit record.
+//
+// Every mutation is one bbolt read-write transaction, committed (and
+// fsync'd) before the call returns; a call that returns an error (a
+// *ledger.Refusal from Acquire included) has changed nothing. bbolt runs
+// one writer at a time, which is what makes the exactly-once rules (one
+// rollover per boundary, one fencing token per grant, one record per event
+// id) hold under concurrent callers. Reads run in parallel with it.
+//
+// The money itself moves only through the rules in package ledger; this
+// package loads the accounts and leases a call touches, applies a rule, and
+// writes back what changed together with the indexes it maintains (see
+// txn.go). Record encoding is described in codec.go.
+//
+// Storage decisions:
+//   - Rollover and Reclaim walk indexes ordered by period end and by lease
+//     expiry, so their cost follows what is due, not the store's size.
+//   - Lease ids come from one store-wide sequence; a consolidation whose
+//     replacement was refused still commits, so ids may have gaps.
+//   - Ingest records every event id with its verdict, rejected ones too,
+//     and keeps them forever (there is no pruning horizon yet); UsageOf
+//     keeps each account's last Options.UsageHistory accepted events.
+//   - Deposit keys are kept per account with their units; a repeat is
+//     recognised before any other check, even after the account closed.
+//   - Listings (Accounts, Leases, Keys, PlatformTokens) are in id order;
+//     limits (Rollover, Reclaim, UsageOf, AuditLog) must be positive.
+//   - Idempotent repeats (same spec, same budget, same deposit) commit an
+//     empty transaction: cheap, and simpler than a read-then-write race.
+package boltstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/tollgated/tollgated/ledger"
+)
+
+// Bucket names. Layout (keys → values):
+//
+//	meta      "schema" → schema version; "admin" → admin token digest
+//	accounts  account id → account
+//	due       period end ⧺ account id → nil: accounts with a budget period, for Rollover
+//	deposits  account id ⧺ 0 ⧺ key → units: deposit idempotency
+//	leases    lease id → lease record (the bucket's sequence assigns ids)
+//	expiry    expires at ⧺ lease id → nil: active leases only, for Reclaim
+//	events    usage event id → IngestResult: ingest idempotency
+//	usage     account id → bucket of sequence → usage: recent accepted usage
+//	keys      key id → key;  keyindex  account id ⧺ 0 ⧺ key id → nil
+//	tokens    platform token id → token
+//	audit     sequence → audit record
+var (
+	bucketMeta     = []byte("meta")
+	bucketAccounts = []byte("accounts")
+	bucketDue      = []byte("due")
+	bucketDeposits = []byte("deposits")
+	bucketLeases   = []byte("leases")
+	bucketExpiry   = []byte("expiry")
+	bucketEvents   = []byte("events")
+	bucketUsage    = []byte("usage")
+	bucketKeys     = []byte("keys")
+	bucketKeyIndex = []byte("keyindex")
+	bucketTokens   = []byte("tokens")
+	bucketAudit    = []byte("audit")
+
+	allBuckets = [][]byte{bucketMeta, bucketAccounts, bucketDue, bucketDeposits, bucketLeases, bucketExpiry,
+		bucketEvents, bucketUsage, bucketKeys, bucketKeyIndex, bucketTokens, bucketAudit}
+
+	metaSchema = []byte("schema")
+	metaAdmin  = []byte("admin")
+)
+
+// schemaVersion is the layout above; Open refuses a file of another one.
+const schemaVersion = 1
+
+// OpenTimeout is how long Open waits for the file lock: bbolt allows one
+// process per file, and a second opener should fail fast and clearly, not
+// hang.
+const OpenTimeout = time.Second
+
+// DefaultUsageHistory is how many accepted usage events UsageOf can return
+// per account unless Options says otherwise.
+const DefaultUsageHistory = 1000
+
+// Options tune a store. The zero value is the production configuration.
+type Options struct {
+	// UsageHistory is how many of each account's most recent accepted usage
+	// events are kept for UsageOf; older ones are deleted as new ones
+	// arrive. 0 means DefaultUsageHistory.
+	UsageHistory int
+}
+
+// Store is a ledger.Store over one bbolt file.
+type Store struct {
+	db        *bolt.DB
+	history   uint64
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ ledger.Store = (*Store)(nil)
+
+// ErrLocked reports a file another store (in this or another process)
+// holds open.
+var ErrLocked = errors.New("boltstore: ledger file is in use by another store")
+
+// Open opens (creating if needed) the ledger file at path.
+func Open(path string, opts Options) (*Store, error) {
+	if opts.UsageHistory < 0 {
+		return nil, fmt.Errorf("%w: usage history %d", ledger.ErrInvalid, opts.UsageHistory)
+	}
+	if opts.UsageHistory == 0 {
+		opts.UsageHistory = DefaultUsageHistory
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: OpenTimeout})
+	if errors.Is(err, bolt.ErrTimeout) {
+		return nil, fmt.Errorf("%w: %s (gave up after %s): %w", ErrLocked, path, OpenTimeout, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, name := range allBuckets {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		meta := tx.Bucket(bucketMeta)
+		switch v := meta.Get(metaSchema); {
+		case v == nil:
+			return meta.Put(metaSchema, u64Key(schemaVersion))
+		case len(v) != 8 || string(v) != string(u64Key(schemaVersion)):
+			return fmt.Errorf("boltstore: %s has schema %x, this build reads %d", path, v, schemaVersion)
+		}
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return &Store{db: db, history: uint64(opts.UsageHistory)}, nil
+}
+
+// Close closes the file. It is safe to call more than once.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() { s.closeErr = s.db.Close() })
+	return s.closeErr
+}
+
+// update runs fn in one read-write transaction over a fresh txn cache and,
+// if fn succeeds, writes back every account and lease it changed before
+// committing. An error from fn rolls everything back.
+func (s *Store) update(ctx context.Context, fn func(x *txn) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return s.db.Update(func(tx *bolt.Tx) error {
+		x := newTxn(tx)
+		if err := fn(x); err != nil {
+			return err
+		}
+		return x.flush()
+	})
+}
+
+// view runs fn in one read-only transaction.
+func (s *Store) view(ctx context.Context, fn func(x *txn) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return s.db.View(func(tx *bolt.Tx) error { return fn(newTxn(tx)) })
+}

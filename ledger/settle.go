@@ -1,0 +1,246 @@
+package ledger
+
+import (
+	"fmt"
+
+	"github.com/tollgated/tollgated/core"
+)
+
+// Release ends the active lease rec (fencing token token), crediting
+// unspent units (at most Granted − Used) back to its funders; funders[i] is
+// the account named by rec.Funding[i].
+//
+// For each funder, Outstanding drops by Granted − Used, and:
+//   - unspent comes back allowance part first. The lease's usage is counted
+//     against its allowance part first, so the allowance part still unspent
+//     is Allowance − min(Used, Allowance). It returns to AllowanceLeft if the
+//     funder is still in the period the lease was granted in (after rolling
+//     it over to now), but never above the budget's Allowance; whatever does
+//     not fit is Expired. The rest of unspent returns to TopUpLeft.
+//   - the gap Granted − Used − unspent becomes Loss: provisional, since late
+//     usage of the lease converts it into Settled (SettleLease).
+//
+// A lease that is not active is ErrLeaseNotActive; a token that does not
+// match is ErrFenced (nothing changes and the lease stays reclaimable);
+// unspent above Granted − Used is ErrInvalid.
+func Release(rec *LeaseRecord, funders []*Account, token uint64, unspent core.CostUnits, now int64) error {
+	if rec.State != LeaseActive {
+		return fmt.Errorf("%w: lease %d", ErrLeaseNotActive, rec.ID)
+	}
+	if token != rec.Token {
+		return fmt.Errorf("%w: lease %d has token %d, not %d", ErrFenced, rec.ID, rec.Token, token)
+	}
+	left, err := rec.Granted.Sub(rec.Used)
+	if err != nil {
+		return fmt.Errorf("%w: lease %d used %d of %d", ErrNotConserved, rec.ID, rec.Used, rec.Granted)
+	}
+	if unspent > left {
+		return fmt.Errorf("%w: lease %d has %d units left, cannot return %d", ErrInvalid, rec.ID, left, unspent)
+	}
+	if err := matchFunders(rec, funders); err != nil {
+		return err
+	}
+	gap := left - unspent
+	err = transact(funders, func(n []Account) error {
+		for i := range n {
+			a, f := &n[i], rec.Funding[i]
+			if _, err := RollOver(a, now); err != nil {
+				return err
+			}
+			if err := subFrom(&a.Outstanding, left); err != nil {
+				return err
+			}
+			allowanceLeft := f.Allowance - min(rec.Used, f.Allowance)
+			toAllowance := min(unspent, allowanceLeft)
+			back := core.CostUnits(0)
+			if a.Budget.Period != PeriodNone && a.PeriodStart == f.PeriodStart && a.AllowanceLeft < a.Budget.Allowance {
+				back = min(toAllowance, a.Budget.Allowance-a.AllowanceLeft)
+			}
+			if err := addAll(back, &a.AllowanceLeft); err != nil {
+				return err
+			}
+			if err := addAll(toAllowance-back, &a.Expired); err != nil {
+				return err
+			}
+			if err := addAll(unspent-toAllowance, &a.TopUpLeft); err != nil {
+				return err
+			}
+			if err := addAll(gap, &a.Loss); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	rec.Credited, rec.State = unspent, LeaseReleased
+	return nil
+}
+
+// Forfeit reclaims the active lease rec after its expiry: for each funder,
+// Outstanding drops by Granted − Used and the same amount becomes Loss.
+// Nothing is credited. Whether the lease is past its grace is the caller's
+// decision (Reclaim selects by expiry).
+func Forfeit(rec *LeaseRecord, funders []*Account) error {
+	if rec.State != LeaseActive {
+		return fmt.Errorf("%w: lease %d", ErrLeaseNotActive, rec.ID)
+	}
+	left, err := rec.Granted.Sub(rec.Used)
+	if err != nil {
+		return fmt.Errorf("%w: lease %d used %d of %d", ErrNotConserved, rec.ID, rec.Used, rec.Granted)
+	}
+	if err := matchFunders(rec, funders); err != nil {
+		return err
+	}
+	err = transact(funders, func(n []Account) error {
+		for i := range n {
+			if err := subFrom(&n[i].Outstanding, left); err != nil {
+				return err
+			}
+			if err := addAll(left, &n[i].Loss); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	rec.State = LeaseReclaimed
+	return nil
+}
+
+// SettleLease bills u against the lease rec that funded it. It reports
+// accepted=false, changing nothing, when u does not belong to rec (account,
+// lease id or token differ), has no units, or does not fit: an active lease
+// takes at most Granted − Used (billed from Outstanding); an ended one at
+// most its provisional loss Granted − Used − Credited (billed from Loss:
+// late usage turns loss into billed usage). So usage accepted against a
+// lease never exceeds what it was granted.
+func SettleLease(rec *LeaseRecord, funders []*Account, u *Usage) (accepted bool, err error) {
+	if u.Units == 0 || u.Account != rec.Account || u.LeaseID != rec.ID || u.Token != rec.Token {
+		return false, nil
+	}
+	room, err := rec.Granted.Sub(rec.Used)
+	if err == nil && rec.State != LeaseActive {
+		room, err = room.Sub(rec.Credited)
+	}
+	if err != nil {
+		return false, fmt.Errorf("%w: lease %d granted %d, used %d, credited %d", ErrNotConserved, rec.ID, rec.Granted, rec.Used, rec.Credited)
+	}
+	if u.Units > room {
+		return false, nil
+	}
+	if err := matchFunders(rec, funders); err != nil {
+		return false, err
+	}
+	used, err := rec.Used.Add(u.Units)
+	if err != nil {
+		return false, err
+	}
+	err = transact(funders, func(n []Account) error {
+		for i := range n {
+			from := &n[i].Outstanding
+			if rec.State != LeaseActive {
+				from = &n[i].Loss
+			}
+			if err := subFrom(from, u.Units); err != nil {
+				return err
+			}
+			if err := addAll(u.Units, &n[i].Settled); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return false, err
+	}
+	rec.Used = used
+	return true, nil
+}
+
+// SettleOverage bills units of elastic overage (admitted beyond the lease)
+// to every account of chain: Overage and Settled both grow by units.
+func SettleOverage(chain []*Account, units core.CostUnits) error {
+	if units == 0 {
+		return fmt.Errorf("%w: usage without units", ErrInvalid)
+	}
+	return transact(chain, func(n []Account) error {
+		for i := range n {
+			if err := addAll(units, &n[i].Overage, &n[i].Settled); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// SettlePostPaid bills units reported after the fact to every account of
+// chain: each (rolled over to now) pays what its Balance covers, allowance
+// first, and the rest is Overage; Settled grows by units.
+func SettlePostPaid(chain []*Account, units core.CostUnits, now int64) error {
+	if units == 0 {
+		return fmt.Errorf("%w: usage without units", ErrInvalid)
+	}
+	return transact(chain, func(n []Account) error {
+		for i := range n {
+			a := &n[i]
+			if _, err := RollOver(a, now); err != nil {
+				return err
+			}
+			fromAllowance := min(units, a.AllowanceLeft)
+			fromTopUp := min(units-fromAllowance, a.TopUpLeft)
+			over := units - fromAllowance - fromTopUp
+			if err := subFrom(&a.AllowanceLeft, fromAllowance); err != nil {
+				return err
+			}
+			if err := subFrom(&a.TopUpLeft, fromTopUp); err != nil {
+				return err
+			}
+			if err := addAll(over, &a.Overage); err != nil {
+				return err
+			}
+			if err := addAll(units, &a.Settled); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// FundersIn returns the accounts of an that funded rec, in rec.Funding
+// order, or ErrInvalid if one is missing.
+func FundersIn(rec *LeaseRecord, an Ancestry) ([]*Account, error) {
+	funders := make([]*Account, len(rec.Funding))
+	for i, f := range rec.Funding {
+		for _, a := range an {
+			if a.ID == f.Account {
+				funders[i] = a
+				break
+			}
+		}
+		if funders[i] == nil {
+			return nil, fmt.Errorf("%w: funder %s of lease %d is not in the ancestry of %s", ErrInvalid, f.Account, rec.ID, rec.Account)
+		}
+	}
+	return funders, nil
+}
+
+// matchFunders checks that funders line up with rec.Funding and that the
+// record itself is sound (each funder funded the whole grant).
+func matchFunders(rec *LeaseRecord, funders []*Account) error {
+	if len(funders) != len(rec.Funding) || len(funders) == 0 {
+		return fmt.Errorf("%w: lease %d has %d funders, got %d accounts", ErrInvalid, rec.ID, len(rec.Funding), len(funders))
+	}
+	for i, f := range rec.Funding {
+		if funders[i].ID != f.Account {
+			return fmt.Errorf("%w: lease %d funder %d is %s, got %s", ErrInvalid, rec.ID, i, f.Account, funders[i].ID)
+		}
+		if s, err := f.Allowance.Add(f.TopUp); err != nil || s != rec.Granted {
+			return fmt.Errorf("%w: lease %d funder %s paid %d+%d of %d", ErrNotConserved, rec.ID, f.Account, f.Allowance, f.TopUp, rec.Granted)
+		}
+	}
+	return nil
+}

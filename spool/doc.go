@@ -1,0 +1,96 @@
+// Package spool is the local append-only usage spool: billed usage events
+// are appended to it and acknowledged to clients only once the spool says
+// they are on disk, so acknowledged usage survives kill -9 and power loss.
+//
+// # Roles
+//
+// One control-plane goroutine appends (Append copies into memory and never
+// touches the disk, so it never blocks on I/O). A flusher goroutine owned by
+// the spool writes what is pending with one write and one fdatasync per
+// batch (group commit), then calls OnDurable and advances Durable; only
+// records at or below Durable may be acknowledged. An exporter reads durable
+// records (Read), ships them to the ledger, which is idempotent by event id,
+// and then calls Release, after which the spool may delete them. On start,
+// Replay hands every durable, unreleased record back, in sequence order.
+//
+// # Group commit
+//
+// Append encodes the record (header, CRC, payload) into a recycled 256 KiB
+// chunk under a mutex and returns; it allocates nothing once the spool has
+// seen its load, and refuses with ErrFull rather than buffer more than
+// MaxPendingBytes. The flusher takes all pending chunks at once, writes them
+// (one write per chunk) and fdatasyncs once, so a batch costs one sync
+// however many records it holds. It starts a flush at most once per
+// FlushInterval, at once when MaxBatchBytes are pending, and on Sync and
+// Close. A failed write or sync is permanent (ErrBroken): after it, the
+// kernel may have dropped the data while a retried sync succeeds.
+//
+// # Sequence numbers
+//
+// Every record gets a sequence number, assigned by Append: the first record
+// of a new spool is 1 and each record is exactly one more than the one before
+// it, across segments and restarts. Zero means "no record". Invariant:
+// released ≤ durable ≤ appended.
+//
+// # On-disk format
+//
+// A spool directory holds:
+//
+//	LOCK                      empty; held with flock(LOCK_EX) while open
+//	RELEASED                  the released mark (below)
+//	RELEASED.tmp              transient, while the mark is being replaced
+//	00000000000000000001.seg  segment files, named by the sequence number of
+//	00000000000000052113.seg  their first record, 20 decimal digits so that
+//	...                       names sort in sequence order
+//
+// A segment file is a sequence of records and nothing else. A record is a
+// 16-byte header followed by its payload, all little endian:
+//
+//	offset 0   uint32  length of the payload in bytes (at most MaxPayload)
+//	offset 4   uint32  CRC-32C (Castagnoli) of bytes 8 .. 16+length, that is
+//	                   of the sequence number followed by the payload
+//	offset 8   uint64  sequence number
+//	offset 16  length bytes of payload
+//
+// Records are never split across segments. The first record of a segment
+// carries the sequence number in the file name, and the first record of each
+// segment follows the last record of the previous one without a gap. Only
+// the last segment is ever written to; the flusher rolls to a new one when
+// the current one has reached Options.SegmentBytes (so a segment holds at
+// least one record and at most SegmentBytes plus one record). A new segment
+// is created and the directory fsync'd before any record is written to it;
+// the old one is fdatasync'd before the roll.
+//
+// RELEASED is 20 bytes: the magic "TGSPREL1", the released sequence number
+// (uint64), and the CRC-32C of the 16 bytes before it. It is replaced
+// atomically: written to RELEASED.tmp, fsync'd, renamed over RELEASED, and
+// the directory fsync'd. A missing RELEASED means nothing was released.
+// Records at or below the mark are never replayed or read again, even if a
+// segment still holds some of them.
+//
+// # Recovery
+//
+// Open scans every segment that holds unreleased records and checks every
+// record (length bound, CRC, sequence number). A bad record at the tail of
+// the last segment is the remains of a write that a crash cut short: no
+// acknowledged record can follow it, because an fdatasync covers the whole
+// file, so Open truncates the segment to the last good record and fsyncs it.
+// "At the tail" means that no well-formed record with a plausible sequence
+// number exists anywhere after the bad bytes; if one does, or if the bad
+// record is in any other segment, Open fails with an error naming the file
+// and offset rather than drop records that may have been acknowledged. A
+// sequence gap between segments, or between the released mark and the first
+// segment, is likewise an error.
+//
+// Open also fdatasyncs the last segment, so that records a killed process
+// left in the page cache are durable before they are replayed and counted
+// in Durable.
+//
+// Known limits: damage confined to the last record of the last segment
+// cannot be told from a torn write and is cut away like one. After a power
+// cut, a block of zeros followed by a later, unsynced but intact record in
+// the last segment is reported as corruption, though nothing acknowledged
+// was lost; an operator must then decide. Release does not fsync the
+// directory after deleting segments: a deletion lost in a crash is redone
+// by the next Open, because the mark that justified it is durable.
+package spool

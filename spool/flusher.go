@@ -1,0 +1,205 @@
+package spool
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"time"
+)
+
+// calmRuns is how many batches in a row no larger than MaxBatchBytes let the
+// flusher free the extra chunks a stall made it allocate (about 0.5 s of
+// steady traffic at the default interval).
+const calmRuns = 256
+
+// run is the flusher goroutine: it waits for pending records, lets a batch
+// gather for what is left of the group-commit period, and flushes. It
+// returns after Close once nothing is pending, or at once when the spool has
+// failed or is abandoned.
+//
+// Timing: a flush starts when records are pending and FlushInterval has
+// passed since the previous flush started, or at once on urge (MaxBatchBytes
+// pending, Sync, Close). So an idle spool flushes a lone record immediately,
+// and a busy one does one write and one fdatasync per period; records that
+// arrive during a flush wait for the next.
+func (s *Spool) run() {
+	defer s.exit()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		urgent := false
+		select {
+		case <-s.wake:
+		case <-s.urge:
+			urgent = true
+		}
+		if !urgent && s.opts.FlushInterval > 0 {
+			if d := time.Until(s.lastStart.Add(s.opts.FlushInterval)); d > 0 {
+				timer.Reset(d)
+				select {
+				case <-timer.C:
+				case <-s.urge:
+					timer.Stop()
+				}
+			}
+		}
+		if s.abandon.Load() {
+			return
+		}
+		if s.flush() {
+			return
+		}
+	}
+}
+
+// exit marks the flusher gone and wakes everyone waiting on it.
+func (s *Spool) exit() {
+	s.mu.Lock()
+	s.exited = true
+	s.cond.Broadcast()
+	s.mu.Unlock()
+	close(s.done)
+}
+
+// flush writes and syncs everything pending, then publishes the new durable
+// mark. It reports whether the flusher should return: the spool is closed
+// and empty, or broken.
+func (s *Spool) flush() (stop bool) {
+	s.mu.Lock()
+	if s.err != nil {
+		s.mu.Unlock()
+		return true
+	}
+	if s.buf.bytes == 0 {
+		stop = s.closed
+		s.mu.Unlock()
+		return stop
+	}
+	size := s.buf.bytes
+	s.inflight = size
+	s.batch = s.buf.takeAll(s.batch)
+	last := s.next - 1 // the batch holds every record up to here
+	s.taken = last
+	// Every token posted so far asked for records this batch holds.
+	drain(s.wake)
+	drain(s.urge)
+	s.mu.Unlock()
+
+	s.lastStart = time.Now()
+	err := s.write(s.batch)
+	s.stats.flushes.Add(1)
+	s.stats.flushedBytes.Add(uint64(size))
+	// A stall can leave many chunks behind; give them back only after
+	// calmRuns ordinary batches in a row, so that a saturated spool does not
+	// free and reallocate its chunks over and over.
+	if size <= s.opts.MaxBatchBytes {
+		s.calm = min(s.calm+1, calmRuns)
+	} else {
+		s.calm = 0
+	}
+	keep := math.MaxInt
+	if s.calm == calmRuns {
+		keep = keepFree
+	}
+
+	// OnDurable runs before Durable and Sync report the batch, so a caller
+	// that sees a record durable either way knows OnDurable has seen it.
+	if err == nil && s.opts.OnDurable != nil {
+		s.opts.OnDurable(last)
+	}
+
+	s.mu.Lock()
+	s.buf.recycle(s.batch, keep)
+	s.inflight = 0
+	if err != nil {
+		s.err = fmt.Errorf("%w: %w", ErrBroken, err)
+	} else {
+		s.durable.Store(last)
+	}
+	s.cond.Broadcast()
+	stop = err != nil || (s.closed && s.buf.bytes == 0)
+	s.mu.Unlock()
+	return stop
+}
+
+// write appends the chunks of a batch, runs of whole encoded records, to
+// the segment files and syncs them, rolling to a new segment whenever the
+// current one has reached SegmentBytes. A segment is synced before the next
+// is created, so the last segment is the only one that can hold a torn tail.
+//
+// After a failed write or sync the file's state is unknown (Linux may drop
+// the dirty pages and clear the error, so a retried fsync can succeed
+// without the data), so the caller makes the failure permanent.
+func (s *Spool) write(batch [][]byte) error {
+	dirty := false
+	for _, c := range batch {
+		for len(c) > 0 {
+			if s.segSize >= s.opts.SegmentBytes {
+				if dirty {
+					if err := s.sync(); err != nil {
+						return err
+					}
+					dirty = false
+				}
+				if err := s.roll(binary.LittleEndian.Uint64(c[8:])); err != nil {
+					return err
+				}
+			}
+			n := cut(c, s.opts.SegmentBytes-s.segSize)
+			if _, err := s.seg.Write(c[:n]); err != nil {
+				return fmt.Errorf("spool: write %s: %w", s.seg.Name(), err)
+			}
+			s.segSize += int64(n)
+			dirty = true
+			c = c[n:]
+		}
+	}
+	if dirty {
+		return s.sync()
+	}
+	return nil
+}
+
+// sync fdatasyncs the segment being written and times it.
+func (s *Spool) sync() error {
+	start := time.Now()
+	if err := datasync(s.seg); err != nil {
+		return fmt.Errorf("spool: fdatasync %s: %w", s.seg.Name(), err)
+	}
+	s.stats.observeSync(time.Since(start))
+	return nil
+}
+
+// cut returns how many leading bytes of batch go into a segment with room
+// bytes left before SegmentBytes: every record that starts before the limit,
+// so at least one, and a segment ends past the limit by less than a record.
+func cut(batch []byte, room int64) int {
+	if int64(len(batch)) <= room {
+		return len(batch)
+	}
+	off := 0
+	for off < len(batch) && (off == 0 || int64(off) < room) {
+		off += HeaderSize + int(binary.LittleEndian.Uint32(batch[off:]))
+	}
+	return off
+}
+
+// roll closes the current segment (already synced) and makes a new one for
+// the record first.
+func (s *Spool) roll(first uint64) error {
+	if err := s.seg.Close(); err != nil {
+		s.seg = nil
+		return fmt.Errorf("spool: close segment: %w", err)
+	}
+	s.seg = nil
+	f, err := createSegment(s.dir, s.dirFile, first)
+	if err != nil {
+		return err
+	}
+	s.seg, s.segSize = f, 0
+	s.segMu.Lock()
+	s.segs = append(s.segs, first)
+	s.segMu.Unlock()
+	s.stats.rolls.Add(1)
+	return nil
+}
