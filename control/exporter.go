@@ -33,10 +33,12 @@ type Exporter struct {
 	// export stops before the first one until the plane lets go of it.
 	Claims *PostPaidClaims
 
-	mu     sync.Mutex // one export pass at a time
-	after  uint64
-	events []ledger.Usage
-	seqs   []uint64
+	mu          sync.Mutex // one export pass at a time
+	after       uint64
+	released    uint64 // highest sequence the spool was told it may drop
+	lastRelease time.Time
+	events      []ledger.Usage
+	seqs        []uint64
 
 	wake                                   chan struct{}
 	accepted, duplicate, rejected, batches atomic.Uint64
@@ -63,6 +65,7 @@ func NewExporter(s ExportSpool, store ledger.Store, batch int) *Exporter {
 func (e *Exporter) Resume(after uint64) {
 	e.mu.Lock()
 	e.after = max(e.after, after)
+	e.released = max(e.released, after)
 	e.mu.Unlock()
 }
 
@@ -88,7 +91,7 @@ func (e *Exporter) Run(stop <-chan struct{}, interval time.Duration) {
 		case <-e.wake:
 		case <-t.C:
 		}
-		if err := e.Export(context.Background()); err != nil {
+		if err := e.export(context.Background(), false); err != nil {
 			backoff = min(2*backoff, 5*time.Second)
 			select {
 			case <-stop:
@@ -101,8 +104,16 @@ func (e *Exporter) Run(stop <-chan struct{}, interval time.Duration) {
 	}
 }
 
-// Export ingests every record durable now, batch by batch.
-func (e *Exporter) Export(ctx context.Context) error {
+// releaseEvery spaces out the spool's release marks (each one is a small
+// synced file write): records exported but not yet released are only
+// re-exported as duplicates after a crash.
+const releaseEvery = time.Second
+
+// Export ingests every record durable now, batch by batch, and releases
+// them from the spool.
+func (e *Exporter) Export(ctx context.Context) error { return e.export(ctx, true) }
+
+func (e *Exporter) export(ctx context.Context, release bool) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for e.after < e.spool.Durable() {
@@ -113,8 +124,14 @@ func (e *Exporter) Export(ctx context.Context) error {
 			return err
 		}
 		if n == 0 {
-			return nil
+			break
 		}
+	}
+	if e.after > e.released && (release || time.Since(e.lastRelease) >= releaseEvery) {
+		if err := e.spool.Release(e.after); err != nil {
+			return err
+		}
+		e.released, e.lastRelease = e.after, time.Now()
 	}
 	return nil
 }
@@ -163,9 +180,6 @@ func (e *Exporter) exportBatch(ctx context.Context) (int, error) {
 	}
 	e.batches.Add(1)
 	e.after = last
-	if err := e.spool.Release(last); err != nil {
-		return 0, err
-	}
 	if len(changed) > 0 && e.Changed != nil {
 		e.Changed(changed)
 	}

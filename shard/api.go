@@ -166,7 +166,7 @@ func (s *Shard) serveAdmit(r *Request, oneShot bool) {
 		s.writeJSON(r.Resp, fasthttp.StatusOK, b)
 		return
 	}
-	id := s.requestID()
+	id := s.requestID(now)
 	if err := s.engine.AcquireCapacity(res); err != nil {
 		s.writeDenial(r.Resp, core.Denial{Reason: core.ReasonOf(err)})
 		return

@@ -154,13 +154,11 @@ func pickCPUs(cfg config, log zerolog.Logger) ([]int, error) {
 // openSpool opens the usage spool and counts what a previous run left in
 // it; the exporter bills that first.
 func (d *daemon) openSpool(cfg config) error {
-	var exp atomic.Pointer[control.Exporter]
+	// Durable usage wakes the plane (answers wait on it), not the exporter:
+	// the exporter runs on its interval, in big batches.
 	s, err := spool.Open(filepath.Join(cfg.dataDir, spoolDir), spool.Options{OnDurable: func(uint64) {
 		if p := d.plane.Load(); p != nil {
 			p.Kick()
-		}
-		if e := exp.Load(); e != nil {
-			e.Wake()
 		}
 	}})
 	if err != nil {
@@ -178,7 +176,6 @@ func (d *daemon) openSpool(cfg config) error {
 	d.claims = control.NewPostPaidClaims()
 	d.exporter.Claims = d.claims
 	d.exporter.Resume(s.Stats().Released)
-	exp.Store(d.exporter)
 	return nil
 }
 
