@@ -168,3 +168,47 @@ func TestLedgerFundsEveryUnitAndThenAnswers402(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSuspensionReachesEveryShardWithin100ms: a status change published
+// through the Provisioner (as the admin API does) is pushed to the shards:
+// every shard refuses the account's next request within 100 ms, and a
+// reactivation admits again as fast.
+func TestSuspensionReachesEveryShardWithin100ms(t *testing.T) {
+	ln := newLedgerNode(t, 3, LeaseConfig{TTL: time.Minute})
+	prov := ln.open("acme", "key-acme", 1_000_000)
+	for i := range ln.shards {
+		waitStatus(t, ln, i, 200, 5*time.Second)
+	}
+	for _, st := range []struct {
+		status core.Status
+		want   int
+	}{{core.StatusSuspended, 403}, {core.StatusActive, 200}} {
+		acct, err := ln.store.SetStatus(context.Background(), "acme", st.status)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if err := prov.AccountChanged(acct); err != nil {
+			t.Fatal(err)
+		}
+		for i := range ln.shards {
+			waitStatus(t, ln, i, st.want, 100*time.Millisecond-time.Since(start))
+		}
+		t.Logf("status %v on all shards %v after the ledger change", st.status, time.Since(start))
+	}
+}
+
+func waitStatus(t *testing.T, ln *ledgerNode, shard, want int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		st, body := ln.check(shard, "key-acme", 1)
+		if st == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("shard %d: %d %s, want %d within %v", shard, st, body, want, within)
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+}
