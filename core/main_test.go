@@ -1,24 +1,10 @@
 package core
 
 import (
-	"flag"
-	"os"
 	"testing"
+
+	"github.com/tollgated/tollgated/internal/proptest"
 )
 
-// TestMain raises rapid's default of 100 cases per property to thousands, so
-// the randomized sequences explore deep interleavings on every run. An
-// explicit -rapid.checks on the command line wins.
-func TestMain(m *testing.M) {
-	flag.Parse()
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "rapid.checks" })
-	if !set {
-		checks := "3000"
-		if testing.Short() {
-			checks = "300"
-		}
-		flag.Set("rapid.checks", checks)
-	}
-	os.Exit(m.Run())
-}
+// TestMain runs the engine's random sequences 3,000 deep (300 with -short).
+func TestMain(m *testing.M) { proptest.Main(m, 3000, 300) }
