@@ -57,6 +57,8 @@ type nodeLease struct {
 	pool, out, spent core.CostUnits
 	grantedAt        int64
 	expires          int64
+	// gathering: its slices were asked back for a consolidation.
+	gathering bool
 	// short: the ledger granted less than was asked — the account is near
 	// exhaustion, so a successor is asked for only once this lease cannot
 	// serve at all, not at low water (which would split a small balance
@@ -85,12 +87,17 @@ type fundedAccount struct {
 // lease asks for, at least.
 const leaseSeconds = 2
 
+// drawWindow is the shortest life over which a lease's draw is measured.
+const drawWindow = int64(100e6)
+
 // maxWant bounds one lease request.
 const maxWant = core.CostUnits(1) << 50
 
 // noteDraw records how fast l was drawn on, from its grant until now.
 func (fa *fundedAccount) noteDraw(l *nodeLease, now int64) {
-	if l == nil || now <= l.grantedAt {
+	// Slicing happens in bursts right after a grant: judge the draw only
+	// over a window long enough to mean something.
+	if l == nil || now-l.grantedAt < drawWindow {
 		return
 	}
 	drawn := uint64(l.granted - min(l.pool, l.granted))
@@ -146,8 +153,28 @@ func (f *LedgerFunder) account(id core.AccountID) *fundedAccount {
 func (f *LedgerFunder) Grant(id core.AccountID, want, need core.CostUnits, now int64) (Grant, error) {
 	fa := f.account(id)
 	fa.lastGrant = now
+	// A quote refused earlier is served first: the starving shard that
+	// refused it is funded from the consolidated lease with no need of its
+	// own (fundStarving asks for none).
+	need = max(need, fa.need)
 	l := fa.cur
-	if l == nil || now >= l.expires-int64(f.cfg.Margin) || l.pool == 0 || need > l.pool {
+	if l != nil && need > l.pool && now < l.expires-int64(f.cfg.Renew) {
+		// A quote the lease cannot fund: consolidate — gather the lease's
+		// slices back, then release and regrant it in one ledger
+		// transaction, grown to the quote — rather than take a second
+		// lease beside it. settled() schedules it once the lease is
+		// quiescent.
+		fa.need = max(fa.need, need)
+		switch {
+		case l.out == 0:
+			f.schedule(fa, now)
+		case !l.gathering: // once per lease: every refused refill would otherwise flood the rings
+			l.gathering = true
+			f.plane.reclaimToken(id, l.token)
+		}
+		return Grant{Evidence: fa.ev, HasEvidence: fa.hasEv}, nil
+	}
+	if l == nil || now >= l.expires-int64(f.cfg.Margin) || l.pool == 0 {
 		fa.need = max(fa.need, need)
 		f.schedule(fa, now)
 		// With evidence the plane can tell "spoken for by other shards"
@@ -158,6 +185,7 @@ func (f *LedgerFunder) Grant(id core.AccountID, want, need core.CostUnits, now i
 	if need > units {
 		units = need
 	}
+	fa.need = 0
 	l.pool -= units
 	l.out += units
 	if (!l.short && l.pool < l.granted/4) || now >= l.expires-int64(f.cfg.Renew) {
@@ -297,7 +325,7 @@ func (f *LedgerFunder) done(r ledgerResult) {
 	switch {
 	case errors.As(r.err, &refusal):
 		f.stats.Refused++
-		fa.refusedAt = now
+		fa.refusedAt, fa.need = now, 0
 		if r.job.kind == jobConsolidate && r.released {
 			f.stats.Released++
 		}
@@ -317,7 +345,13 @@ func (f *LedgerFunder) done(r ledgerResult) {
 	} else {
 		f.stats.Acquired++
 	}
-	fa.refusedAt, fa.need = 0, 0
+	fa.refusedAt = 0
+	if r.lease.Granted < r.job.need {
+		// The ledger cannot fund the refused quote: stop insisting on it
+		// (which would starve every smaller request); the evidence now
+		// answers that quote balance-insufficient.
+		fa.need = 0
+	}
 	nl := &nodeLease{id: r.lease.ID, token: r.lease.Token, granted: r.lease.Granted, pool: r.lease.Granted,
 		grantedAt: now, expires: r.lease.ExpiresAt, short: r.lease.Granted < r.job.want}
 	fa.tokens[nl.token] = nl.id

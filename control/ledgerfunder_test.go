@@ -74,7 +74,10 @@ func newLedgerNode(t *testing.T, n int, lc LeaseConfig) *ledgerNode {
 	ln := &ledgerNode{node: &node{}, store: store, funder: NewLedgerFunder(store, lc), spool: &memSpool{}}
 	ln.exporter = NewExporter(ln.spool, store, 256)
 	startNode(t, ln.node, n, Config{Spool: ln.spool}, ln.funder, nil)
-	t.Cleanup(func() { store.Close() })
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { defer close(done); ln.exporter.Run(stop, 20*time.Millisecond) }() // as the daemon does
+	t.Cleanup(func() { close(stop); <-done; store.Close() })
 	return ln
 }
 
@@ -87,7 +90,7 @@ func (ln *ledgerNode) open(id core.AccountID, key string, units core.CostUnits) 
 	if _, _, err := ln.store.CreateAccount(ctx, ledger.AccountSpec{ID: id}, now); err != nil {
 		ln.t.Fatal(err)
 	}
-	if _, err := ln.store.SetPolicy(ctx, id, []byte(`{"permissions":["chat"],"operations":{"requests":{"weight":1}},"limits":{"max_items":10}}`)); err != nil {
+	if _, err := ln.store.SetPolicy(ctx, id, []byte(`{"permissions":["chat"],"operations":{"requests":{"weight":1}},"limits":{"max_items":100000}}`)); err != nil {
 		ln.t.Fatal(err)
 	}
 	if units > 0 {
@@ -152,6 +155,23 @@ func TestLedgerFundsEveryUnitAndThenAnswers402(t *testing.T) {
 	ln.open("acme", "key-acme", 25_000)
 	admitted, last, body := ln.spend([]int{0, 1}, "key-acme", 20*time.Second)
 	if last != 402 || !bytes.Contains(body, []byte("balance-exhausted")) {
+		ln.plane.Do(func() {
+			for id, fa := range ln.funder.accounts {
+				t.Logf("%s: cur %+v retired %d need %d refusedAt %d busy %v ev %+v funder %+v plane %+v", id, fa.cur, len(fa.retired), fa.need, fa.refusedAt, fa.busy, fa.ev, ln.funder.stats, ln.plane.stats)
+				for _, r := range fa.retired {
+					t.Logf("  retired %+v", *r)
+				}
+			}
+		})
+		for i := range ln.shards {
+			st, b := ln.check(i, "key-acme", 1)
+			ln.mu[i].Lock()
+			l, _ := ln.shards[i].Engine().Lease("acme")
+			t.Logf("shard %d: %d %s lease %+v", i, st, b, l.Balance())
+			ln.mu[i].Unlock()
+		}
+		acct, _ := ln.store.Account(context.Background(), "acme")
+		t.Logf("ledger: %+v", acct)
 		t.Fatalf("after %d admitted: last answer %d %s", admitted, last, body)
 	}
 	if admitted != 25_000 {
@@ -210,5 +230,64 @@ func waitStatus(t *testing.T, ln *ledgerNode, shard, want int, within time.Durat
 			t.Fatalf("shard %d: %d %s, want %d within %v", shard, st, body, want, within)
 		}
 		time.Sleep(200 * time.Microsecond)
+	}
+}
+
+// TestRefusedQuoteConsolidatesTheLease: a quote larger than the node lease
+// leads to consolidation — the lease's slices come back, and it is
+// released and regranted, grown to the quote, in one ledger transaction —
+// not to a second lease beside it.
+func TestRefusedQuoteConsolidatesTheLease(t *testing.T) {
+	ln := newLedgerNode(t, 2, LeaseConfig{TTL: time.Minute, Target: 1000})
+	ln.open("acme", "key-acme", 1_000_000)
+	waitStatus(t, ln, 0, 200, 5*time.Second)
+	big := func() (int, []byte) { return ln.check(0, "key-acme", 50_000) }
+	deadline := time.Now().Add(5 * time.Second)
+	st, body := big()
+	for st != 200 {
+		if time.Now().After(deadline) {
+			t.Fatalf("a 50,000-unit quote never funded: %d %s", st, body)
+		}
+		time.Sleep(time.Millisecond)
+		st, body = big()
+	}
+	var fs FundingStats
+	ln.plane.Do(func() { fs = ln.funder.Stats() })
+	if fs.Consolidated == 0 {
+		t.Fatalf("funded without consolidating: %+v", fs)
+	}
+	active, err := ln.store.Leases(context.Background(), true)
+	grown := false
+	for _, l := range active {
+		grown = grown || l.Granted >= 50_000
+	}
+	if err != nil || !grown {
+		t.Fatalf("active leases %+v (%v): want one grown to the quote", active, err)
+	}
+	if err := ln.store.Check(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAnUnfundableQuoteDoesNotStarveSmallOnes: a quote larger than the
+// whole balance is refused 402 balance-insufficient, and requests that fit
+// keep being admitted.
+func TestAnUnfundableQuoteDoesNotStarveSmallOnes(t *testing.T) {
+	ln := newLedgerNode(t, 2, LeaseConfig{TTL: time.Minute, Target: 1000})
+	ln.open("acme", "key-acme", 20_000)
+	waitStatus(t, ln, 0, 200, 5*time.Second)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st, body := ln.check(0, "key-acme", 50_000)
+		if st == 402 && bytes.Contains(body, []byte("balance-insufficient")) {
+			break
+		}
+		if st == 200 || time.Now().After(deadline) {
+			t.Fatalf("a quote above the balance: %d %s", st, body)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for i := range ln.shards {
+		waitStatus(t, ln, i, 200, 2*time.Second)
 	}
 }

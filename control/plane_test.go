@@ -2,6 +2,7 @@ package control
 
 import (
 	"bytes"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -128,7 +129,7 @@ func (nd *node) check(i int, key string, count int) (int, []byte) {
 	if count == 0 {
 		req.SetBodyString(`{"workload":[]}`)
 	} else {
-		req.SetBodyString(`{"workload":[{"op":"requests","count":1}]}`)
+		req.SetBodyString(`{"workload":[{"op":"requests","count":` + strconv.Itoa(count) + `}]}`)
 	}
 	nd.mu[i].Lock()
 	nd.shards[i].Serve(&shard.Request{Req: req, Resp: resp, Now: time.Now().UnixNano()})

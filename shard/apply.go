@@ -1,6 +1,8 @@
 package shard
 
 import (
+	"errors"
+
 	"github.com/valyala/fasthttp"
 
 	"github.com/tollgated/tollgated/core"
@@ -56,9 +58,7 @@ func (s *Shard) apply(m *Inbound, now int64) {
 		delete(s.keys, m.Principal)
 		s.cache.Forget(m.Principal)
 	case InGrant:
-		if s.engine.GrantLease(m.Account, m.Token, m.Units, m.Until, m.LowWater) != nil {
-			s.grantErrors++
-		}
+		s.applyGrant(m)
 		s.grantSeq[m.Account] = m.Seq
 	case InEvidence:
 		s.engine.SetEvidence(m.Account, m.Evidence)
@@ -145,4 +145,21 @@ func (s *Shard) Quiesce() int {
 	n := s.engine.EndAll()
 	s.flushRefills()
 	return n
+}
+
+// applyGrant adds funding. A grant the slot cannot take — every retiring
+// place still funds reservations, or the account is gone — is handed
+// straight back, so the plane never counts units as out in a shard that
+// does not hold them. Retired leases that fund nothing are returned first
+// to make room.
+func (s *Shard) applyGrant(m *Inbound) {
+	err := s.engine.GrantLease(m.Account, m.Token, m.Units, m.Until, m.LowWater)
+	if errors.Is(err, core.ErrRetiringFull) {
+		s.reclaimLease(m.Account, ^uint64(0)) // retired ones only: no current lease has that token
+		err = s.engine.GrantLease(m.Account, m.Token, m.Units, m.Until, m.LowWater)
+	}
+	if err != nil {
+		s.grantErrors++
+		s.send(Outbound{Kind: OutReturn, From: s.cfg.ID, Account: m.Account, Token: m.Token, Units: m.Units})
+	}
 }

@@ -39,3 +39,6 @@ func (s *Shard) Stats() Stats {
 	defer s.pub.mu.Unlock()
 	return s.pub.s
 }
+
+// Engine is the shard's engine, for tests and tools on the shard's thread.
+func (s *Shard) Engine() *core.Engine { return s.engine }
