@@ -37,12 +37,7 @@ const (
 )
 
 func (s *Shard) serveAdmission(r *Request) {
-	if !r.Req.Header.IsGet() {
-		s.writeProblem(r.Resp, fasthttp.StatusMethodNotAllowed, "method-not-allowed", "Use GET")
-		return
-	}
-	if !s.authenticatePlatform(r.Req, r.Now) {
-		s.writeDenial(r.Resp, core.Denial{Reason: core.DenyUnknownPrincipal})
+	if !s.platformCall(r, r.Req.Header.IsGet(), "Use GET") {
 		return
 	}
 	agent := r.Req.URI().QueryArgs().Peek("agent_id")
@@ -125,6 +120,21 @@ func (s *Shard) writeAdmissionDeny(resp *fasthttp.Response, reason string, scope
 	}
 	b = append(b, '}')
 	s.writeJSON(resp, fasthttp.StatusOK, b)
+}
+
+// platformCall admits a call to a platform route: the right method (else
+// 405, with hint) and a platform token (else 401). It answers the refusals
+// itself and reports whether the route may go on.
+func (s *Shard) platformCall(r *Request, methodOK bool, hint string) bool {
+	if !methodOK {
+		s.writeProblem(r.Resp, fasthttp.StatusMethodNotAllowed, "method-not-allowed", hint)
+		return false
+	}
+	if !s.authenticatePlatform(r.Req, r.Now) {
+		s.writeDenial(r.Resp, core.Denial{Reason: core.DenyUnknownPrincipal})
+		return false
+	}
+	return true
 }
 
 // authenticatePlatform checks the bearer token against the platform

@@ -54,12 +54,7 @@ func PostPaidID(clientID []byte) [16]byte {
 }
 
 func (s *Shard) servePostPaid(r *Request) {
-	if !r.Req.Header.IsPost() {
-		s.writeProblem(r.Resp, fasthttp.StatusMethodNotAllowed, "method-not-allowed", "Use POST")
-		return
-	}
-	if !s.authenticatePlatform(r.Req, r.Now) {
-		s.writeDenial(r.Resp, core.Denial{Reason: core.DenyUnknownPrincipal})
+	if !s.platformCall(r, r.Req.Header.IsPost(), "Use POST") {
 		return
 	}
 	batch, problem := s.decodePostPaid(r.Req.Body())

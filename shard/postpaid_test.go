@@ -1,0 +1,70 @@
+package shard
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/valyala/fasthttp"
+)
+
+func (h *harness) postUsage(body string, deferred bool) (int, map[string]any, *fasthttp.Response) {
+	h.t.Helper()
+	req, resp := fasthttp.AcquireRequest(), &fasthttp.Response{}
+	req.Header.SetMethod("POST")
+	req.SetRequestURI("/v1/usage")
+	req.Header.Set("Authorization", "Bearer "+platformToken)
+	req.SetBodyString(body)
+	r := &Request{Req: req, Resp: resp, Now: t0 + 1}
+	if deferred {
+		r.Defer = func() uint64 { h.tickets++; h.parked[h.tickets] = resp; return h.tickets }
+	}
+	h.s.Serve(r)
+	var m map[string]any
+	json.Unmarshal(resp.Body(), &m)
+	return resp.StatusCode(), m, resp
+}
+
+func TestPostPaidBatchGoesToThePlaneAndIsAnsweredWithItsCounts(t *testing.T) {
+	h, _ := agentHarness(t, 0)
+	h.drainOut()
+	status, _, resp := h.postUsage(`{"events":[
+		{"id":"e1","agent_id":"a1","units":5,"occurred_at":"2026-12-02T17:00:00Z"},
+		{"id":"e2","agent_id":"ghost","units":5,"occurred_at":"2026-12-02T17:00:00Z"}]}`, true)
+	if len(h.parked) != 1 {
+		t.Fatalf("answer not parked: %d %s", status, resp.Body())
+	}
+	var batch *PostPaidBatch
+	for _, m := range h.drainOut() {
+		if m.Kind == OutPostPaid {
+			batch = m.Batch
+			h.in.Push(Inbound{Kind: InPostPaidDone, Ticket: m.Ticket, Batch: m.Batch})
+		}
+	}
+	if batch == nil || len(batch.Events) != 1 || batch.Rejected != 1 || batch.Events[0].ID != PostPaidID([]byte("e1")) {
+		t.Fatalf("batch sent to the plane: %+v", batch)
+	}
+	batch.Accepted = 1 // the plane's count
+	h.s.Poll(t0 + 2)
+	if len(h.parked) != 0 || string(resp.Body()) != `{"accepted":1,"duplicate":0,"rejected":1}` {
+		t.Fatalf("answer %d %s", resp.StatusCode(), resp.Body())
+	}
+}
+
+func TestPostPaidRefusals(t *testing.T) {
+	h, _ := agentHarness(t, 0)
+	for body, want := range map[string]string{
+		`[]`:            "body must be a JSON object",
+		`{"events":[]}`: "events must hold 1 to 1000 events",
+		`{"events":[{"id":"","agent_id":"a1","units":1,"occurred_at":"2026-12-02T17:00:00Z"}]}`:  "events[0]: id must be a string of 1 to 128 bytes",
+		`{"events":[{"id":"x","agent_id":"a1","units":0,"occurred_at":"2026-12-02T17:00:00Z"}]}`: "events[0]: units must be a positive integer",
+		`{"events":[{"id":"x","agent_id":"a1","units":1,"occurred_at":"yesterday"}]}`:            "events[0]: occurred_at must be an RFC 3339 string",
+	} {
+		status, m, _ := h.postUsage(body, true)
+		if status != 400 || m["code"] != "invalid-body" || m["title"] != want {
+			t.Errorf("%s: %d %v, want 400 %q", body, status, m, want)
+		}
+	}
+	if status, m, _ := h.postUsage(`{"events":[{"id":"x","agent_id":"a1","units":1,"occurred_at":"2026-12-02T17:00:00Z"}]}`, false); status != 503 || m["code"] != "usage-unavailable" {
+		t.Fatalf("without a way to wait: %d %v", status, m)
+	}
+}
