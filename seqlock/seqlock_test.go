@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // quad is a record whose four words must always agree: word i is base+i.
@@ -86,20 +87,21 @@ func TestNoTornReads(t *testing.T) {
 	var done atomic.Bool
 	var wg sync.WaitGroup
 	readers := max(2, runtime.GOMAXPROCS(0))
-	var loads, hits atomic.Uint64
+	var started, loads, hits atomic.Uint64
 	for range readers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			started.Add(1)
 			var last uint64
-			var n, h uint64
+			var n uint64
 			for !done.Load() {
 				n++
 				r, ok := c.Load()
 				if !ok {
 					continue
 				}
-				h++
+				hits.Add(1)
 				for i := range Words {
 					if r.w[i] != r.w[0]+uint64(i) {
 						t.Errorf("torn read: %v", r.w)
@@ -113,10 +115,16 @@ func TestNoTornReads(t *testing.T) {
 				last = r.w[0]
 			}
 			loads.Add(n)
-			hits.Add(h)
 		}()
 	}
-	for i := uint64(1); i <= writes; i++ {
+	for started.Load() < uint64(readers) {
+		runtime.Gosched()
+	}
+	// Write at least writes records, and on until the readers have seen
+	// some of them while writes were going on (a loaded machine may not
+	// schedule them at first), within a bound.
+	deadline := time.Now().Add(10 * time.Second)
+	for i := uint64(1); i <= writes || (hits.Load() < 1000 && time.Now().Before(deadline)); i++ {
 		c.Store(torn{w: [Words]uint64{i * 8}})
 		if i%1000 == 0 {
 			c.Clear() // readers must see "none", never a half-cleared record
