@@ -51,8 +51,9 @@ func load(ctx context.Context, addr, key string, conns int) *acked {
 					Units     uint64 `json:"units"`
 					Code      string `json:"code"`
 				}
+				decoded := json.Unmarshal(body, &m) == nil
 				a.mu.Lock()
-				if resp.StatusCode == 200 && json.Unmarshal(body, &m) == nil && m.RequestID != "" {
+				if resp.StatusCode == 200 && decoded && m.RequestID != "" {
 					a.units[m.RequestID] = m.Units
 				} else {
 					a.denied[strconv.Itoa(resp.StatusCode)+" "+m.Code]++
