@@ -33,7 +33,8 @@ type Funder interface {
 }
 
 // UsageSink receives billed usage. Record must not block the control plane
-// for long; the durable spool (the ledger issue) replaces the in-memory one.
+// for long. The daemon keeps usage durable through the plane's Spool instead;
+// a sink is for tests and embedders that keep usage themselves.
 type UsageSink interface {
 	Record(ev *core.UsageEvent)
 }
