@@ -136,9 +136,6 @@ func NewLedgerFunder(store ledger.Store, cfg LeaseConfig) *LedgerFunder {
 		accounts: make(map[core.AccountID]*fundedAccount)}
 }
 
-// ErrNoLease is a funder's "not yet": the ledger is being asked.
-var ErrNoLease = errors.New("control: no lease yet")
-
 func (f *LedgerFunder) account(id core.AccountID) *fundedAccount {
 	fa := f.accounts[id]
 	if fa == nil {

@@ -61,7 +61,6 @@ func (v *Provisioner) install(ctx context.Context, acct ledger.Account) error {
 		return err
 	}
 	snap := c.Snapshot
-	snap.DenyThreshold = c.DenyThreshold
 	for parent := acct.Parent; parent != ""; {
 		snap.Ancestors = append(snap.Ancestors, parent)
 		pa, err := v.store.Account(ctx, parent)

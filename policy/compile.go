@@ -46,10 +46,11 @@ func Compile(acct ledger.Account) (*Compiled, error) {
 	snap.Capacity = acct.Capacity
 	snap.Scope = acct.Scope
 	snap.Revision = Revision(Canonical(doc), acct.PolicyGeneration)
+	snap.DenyThreshold = doc.DenyThreshold
 	if err := snap.Validate(); err != nil {
 		return nil, fmt.Errorf("policy: account %s generation %d: %w", acct.ID, acct.PolicyGeneration, err)
 	}
-	return &Compiled{Snapshot: snap, DenyThreshold: doc.DenyThreshold, Window: window(acct.Budget.Period)}, nil
+	return &Compiled{Snapshot: snap, DenyThreshold: doc.DenyThreshold, Window: acct.Budget.Period.Window()}, nil
 }
 
 // Revision is the policy revision of canonical policy bytes at generation.
@@ -100,17 +101,4 @@ func (d *Document) bit(name string) core.PermissionSet {
 		}
 	}
 	return 0
-}
-
-// window names a budget period the way seed 000's "window" field does.
-func window(p ledger.Period) string {
-	switch p {
-	case ledger.PeriodDay:
-		return "daily"
-	case ledger.PeriodWeek:
-		return "weekly"
-	case ledger.PeriodMonth:
-		return "monthly"
-	}
-	return ""
 }

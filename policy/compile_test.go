@@ -59,7 +59,7 @@ func TestCompileExample(t *testing.T) {
 	if s.Mode != (core.EnforcementMode{Elastic: true, OverageCap: 50}) {
 		t.Fatalf("mode %+v", s.Mode)
 	}
-	if c.DenyThreshold != 7 || c.Window != "weekly" {
+	if c.DenyThreshold != 7 || c.Snapshot.DenyThreshold != 7 || c.Window != "weekly" {
 		t.Fatalf("deny threshold %d window %q", c.DenyThreshold, c.Window)
 	}
 	if err := s.Validate(); err != nil {
