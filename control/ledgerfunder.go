@@ -70,7 +70,7 @@ type fundedAccount struct {
 	id        core.AccountID
 	cur       *nodeLease
 	retired   []*nodeLease
-	tokens    map[uint64]uint64 // fencing token → lease id, for usage records
+	tokens    map[uint64]uint64 // fencing token → lease id, for usage records, while the lease is ours
 	busy      bool              // a ledger call for this account is in flight
 	need      core.CostUnits    // largest quote refused since the last call
 	refusedAt int64             // 0: not refused
@@ -161,7 +161,7 @@ func (f *LedgerFunder) Grant(id core.AccountID, want, need core.CostUnits, now i
 		// transaction, grown to the quote — rather than take a second
 		// lease beside it. settled() schedules it once the lease is
 		// quiescent.
-		fa.need = max(fa.need, need)
+		fa.need = need
 		switch {
 		case l.out == 0:
 			f.schedule(fa, now)
@@ -172,7 +172,7 @@ func (f *LedgerFunder) Grant(id core.AccountID, want, need core.CostUnits, now i
 		return Grant{Evidence: fa.ev, HasEvidence: fa.hasEv}, nil
 	}
 	if l == nil || now >= l.expires-int64(f.cfg.Margin) || l.pool == 0 {
-		fa.need = max(fa.need, need)
+		fa.need = need
 		f.schedule(fa, now)
 		// With evidence the plane can tell "spoken for by other shards"
 		// (reclaim their slices) from "the ledger has no more".
@@ -279,6 +279,7 @@ func (f *LedgerFunder) schedule(fa *fundedAccount, now int64) {
 		job.kind, job.lease, job.token, job.unspent = jobConsolidate, l.id, l.token, l.pool
 		job.leaseExpires = l.expires
 		fa.cur = nil // its pool now belongs to the consolidation
+		delete(fa.tokens, l.token)
 	} else {
 		job.kind = jobAcquire
 	}
@@ -293,6 +294,9 @@ func (f *LedgerFunder) release(fa *fundedAccount, l *nodeLease) {
 			break
 		}
 	}
+	// Quiescent: no usage of this token can still arrive, so the plane no
+	// longer needs its lease id.
+	delete(fa.tokens, l.token)
 	f.worker.submit(ledgerJob{kind: jobRelease, account: fa.id, lease: l.id, token: l.token,
 		unspent: l.pool, now: f.plane.cfg.Now()}, f.done)
 }
@@ -334,6 +338,7 @@ func (f *LedgerFunder) done(r ledgerResult) {
 			// Nothing happened in the ledger: the lease is still ours.
 			fa.cur = &nodeLease{id: r.job.lease, token: r.job.token, granted: r.job.unspent, pool: r.job.unspent,
 				expires: r.job.leaseExpires}
+			fa.tokens[r.job.token] = r.job.lease
 		}
 		return
 	}

@@ -184,6 +184,16 @@ func TestLedgerFundsEveryUnitAndThenAnswers402(t *testing.T) {
 	if acct.Settled != 25_000 || acct.Loss != 0 {
 		t.Fatalf("ledger: settled %d loss %d", acct.Settled, acct.Loss)
 	}
+	ln.plane.Do(func() {
+		fa := ln.funder.accounts["acme"]
+		held := len(fa.retired)
+		if fa.cur != nil {
+			held++
+		}
+		if len(fa.tokens) > held {
+			t.Errorf("the plane remembers %d lease tokens for %d leases it holds", len(fa.tokens), held)
+		}
+	})
 	if err := ln.store.Check(context.Background()); err != nil {
 		t.Fatal(err)
 	}
