@@ -40,10 +40,13 @@ type Exporter struct {
 	events      []ledger.Usage
 	seqs        []uint64
 
+	// OnError, if set, hears every failed export (the daemon logs it); the
+	// records stay in the spool and are exported on a later pass.
+	OnError func(error)
+
 	wake                                   chan struct{}
 	accepted, duplicate, rejected, batches atomic.Uint64
 	failures                               atomic.Uint64
-	lastErr                                atomic.Pointer[error]
 }
 
 // ExportStats counts what the exporter did.
@@ -120,7 +123,9 @@ func (e *Exporter) export(ctx context.Context, release bool) error {
 		n, err := e.exportBatch(ctx)
 		if err != nil {
 			e.failures.Add(1)
-			e.lastErr.Store(&err)
+			if e.OnError != nil {
+				e.OnError(err)
+			}
 			return err
 		}
 		if n == 0 {

@@ -297,6 +297,9 @@ func (f *LedgerFunder) release(fa *fundedAccount, l *nodeLease) {
 	// Quiescent: no usage of this token can still arrive, so the plane no
 	// longer needs its lease id.
 	delete(fa.tokens, l.token)
+	if l.pool+l.spent != l.granted {
+		f.stats.Errors++ // granted == pool + out + billed, and out is 0: a broken invariant
+	}
 	f.worker.submit(ledgerJob{kind: jobRelease, account: fa.id, lease: l.id, token: l.token,
 		unspent: l.pool, now: f.plane.cfg.Now()}, f.done)
 }

@@ -190,6 +190,9 @@ func TestLedgerFundsEveryUnitAndThenAnswers402(t *testing.T) {
 		if fa.cur != nil {
 			held++
 		}
+		if ln.funder.stats.Errors != 0 {
+			t.Errorf("funder counted %d broken invariants", ln.funder.stats.Errors)
+		}
 		if len(fa.tokens) > held {
 			t.Errorf("the plane remembers %d lease tokens for %d leases it holds", len(fa.tokens), held)
 		}

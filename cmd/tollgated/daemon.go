@@ -111,6 +111,9 @@ func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err 
 	d.prov.Grace = cfg.leaseGrace
 	prov.Store(d.prov)
 	d.exporter.Changed = d.prov.UsageChanged
+	d.exporter.OnError = func(err error) {
+		log.Error().Err(err).Msg("usage export to the ledger failed; retrying (the usage stays in the spool)")
+	}
 	accounts, keys, err := d.prov.Load(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("loading the ledger: %w", err)
