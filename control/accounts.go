@@ -27,6 +27,7 @@ type account struct {
 }
 
 // Install publishes snap to every shard: a new account, or a newer policy.
+// It funds nothing: Prefund (or the shards' first refill) does.
 func (p *Plane) Install(snap *core.Snapshot) error {
 	if err := snap.Validate(); err != nil {
 		return err
@@ -77,9 +78,6 @@ func (p *Plane) install(snap *core.Snapshot) error {
 	a.planSeq++
 	for i := range n {
 		p.send(i, shard.Inbound{Kind: shard.InShare, Account: snap.Account, Share: a.shares[i], Seq: a.planSeq})
-		if p.ledger == nil {
-			p.grant(i, snap.Account, a, 0)
-		}
 	}
 	return nil
 }

@@ -94,6 +94,7 @@ func (nd *node) provision(id core.AccountID, key string, limits core.Limits, dep
 	if err := nd.plane.Install(snap); err != nil {
 		nd.t.Fatal(err)
 	}
+	nd.plane.Prefund(id)
 	h, _ := credential.NewHasher(secret)
 	d, _ := h.Digest([]byte(key))
 	nd.plane.BindKey(d, id)

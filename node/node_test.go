@@ -58,6 +58,7 @@ func (tn *testNode) provision(t testing.TB, id core.AccountID, key string, limit
 	if err := tn.Plane().Install(snap); err != nil {
 		t.Fatal(err)
 	}
+	tn.Plane().Prefund(id)
 	h, _ := credential.NewHasher(secret)
 	d, _ := h.Digest([]byte(key))
 	tn.Plane().BindKey(d, id)
