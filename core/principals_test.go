@@ -2,15 +2,20 @@ package core
 
 import (
 	"testing"
+	"unsafe"
 
 	"pgregory.net/rapid"
 )
 
 // TestPrincipalTableMatchesMap runs random puts, gets and removes against a
-// Go map as the oracle, including adversarial keys that collide in the mix.
+// Go map as the oracle, including adversarial keys that collide in the mix,
+// with and without a lookup cache (a tiny one, so keys evict each other).
 func TestPrincipalTableMatchesMap(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		var tab principalTable
+		if sets := rapid.SampledFrom([]int{0, 1, 2, 8}).Draw(t, "cacheSets"); sets > 0 {
+			tab.enableCache(sets)
+		}
 		oracle := map[Principal]*principalEntry{}
 		keys := rapid.SliceOfN(rapid.Custom(func(t *rapid.T) Principal {
 			return Principal{Hi: rapid.Uint64Range(0, 40).Draw(t, "hi"), Lo: rapid.Uint64Range(0, 3).Draw(t, "lo")}
@@ -36,4 +41,38 @@ func TestPrincipalTableMatchesMap(t *testing.T) {
 			}
 		}
 	})
+}
+
+func TestPrincipalWaysAreOneCacheLine(t *testing.T) {
+	if size := unsafe.Sizeof(principalWays{}); size != 64 {
+		t.Fatalf("principalWays is %d bytes, want 64: a set must be one line", size)
+	}
+}
+
+// TestLargeTablesCacheTheirHits checks that the cache switches on with size
+// and that a hit is answered from it, so the benchmark that relies on it
+// cannot silently measure the bare table.
+func TestLargeTablesCacheTheirHits(t *testing.T) {
+	var tab principalTable
+	entries := make([]principalEntry, cacheFromSlots)
+	for i := range entries {
+		p := Principal{Hi: uint64(i) * 0x9e3779b97f4a7c15, Lo: uint64(i)}
+		entries[i].who = p
+		tab.put(p, &entries[i])
+	}
+	if tab.cache == nil {
+		t.Fatalf("no cache at %d slots", len(tab.slots))
+	}
+	p := entries[7].who
+	if tab.get(p) != &entries[7] {
+		t.Fatal("lookup missed")
+	}
+	w := tab.ways(p)
+	if w.key[0] != p || w.e[0] != &entries[7] {
+		t.Fatal("a hit was not cached")
+	}
+	tab.remove(p)
+	if tab.get(p) != nil {
+		t.Fatal("a removed principal is still found")
+	}
 }
