@@ -63,9 +63,13 @@ func (t *principalTable) ways(p Principal) *principalWays {
 }
 
 func (t *principalTable) get(p Principal) *principalEntry {
-	if t.cache == nil {
-		return t.probe(p)
+	if t.cache != nil {
+		return t.getCached(p)
 	}
+	return t.probe(p)
+}
+
+func (t *principalTable) getCached(p Principal) *principalEntry {
 	w := t.ways(p)
 	if w.key[0] == p && w.e[0] != nil {
 		return w.e[0]

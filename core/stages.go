@@ -48,7 +48,14 @@ func (e *Engine) Require(c *RequestContext, perms PermissionSet) DenyReason {
 // snapshot for the rest of the request.
 // Its refusals carry no payload, so it reports only the reason.
 func (e *Engine) Begin(p Principal, required PermissionSet, now int64) (RequestContext, DenyReason) {
-	pe := e.principals.get(p)
+	// principals.get, spelled out so that the small-table probe stays
+	// inlined: as a call, the cheapest refusal went from 5 to 8.6 ns.
+	var pe *principalEntry
+	if e.principals.cache == nil {
+		pe = e.principals.probe(p)
+	} else {
+		pe = e.principals.getCached(p)
+	}
 	if pe == nil {
 		return RequestContext{}, e.refuse(DenyUnknownPrincipal)
 	}
