@@ -76,3 +76,49 @@ func TestLargeTablesCacheTheirHits(t *testing.T) {
 		t.Fatal("a removed principal is still found")
 	}
 }
+
+// TestBeginFollowsRebindsThroughTheCache binds enough principals for the
+// lookup cache to be on, warms it, then moves and revokes principals: Begin
+// must see each change at once, never a cached answer from before it.
+func TestBeginFollowsRebindsThroughTheCache(t *testing.T) {
+	e := NewEngine(Config{MaxReservations: 8})
+	for _, id := range []AccountID{"acme", "globex"} {
+		s := validSnapshot()
+		s.Account = id
+		must(t, e.Install(s))
+	}
+	ps := make([]Principal, cacheFromSlots/2)
+	for i := range ps {
+		ps[i] = Principal{Hi: uint64(i) * 0x9e3779b97f4a7c15, Lo: uint64(i) + 1}
+		must(t, e.Bind(ps[i], "acme"))
+	}
+	if e.principals.cache == nil {
+		t.Fatalf("cache off at %d principals", len(ps))
+	}
+	accountOf := func(p Principal) AccountID {
+		ctx, d := e.Begin(p, 0, t0)
+		if d.Denied() {
+			return AccountID("denied: " + d.String())
+		}
+		return ctx.Account()
+	}
+	for _, p := range ps {
+		if got := accountOf(p); got != "acme" {
+			t.Fatalf("before: %s", got)
+		}
+	}
+	for i, p := range ps {
+		switch i % 3 {
+		case 0:
+			must(t, e.Bind(p, "globex"))
+		case 1:
+			e.Unbind(p)
+		}
+	}
+	for i, p := range ps {
+		want := []AccountID{"globex", AccountID("denied: " + DenyUnknownPrincipal.String()), "acme"}[i%3]
+		if got := accountOf(p); got != want {
+			t.Fatalf("principal %d: %s, want %s", i, got, want)
+		}
+	}
+}
