@@ -276,6 +276,15 @@ func (e *Engine) PrincipalOf(r Reservation) (Principal, bool) {
 	return Principal{}, false
 }
 
+// Evidence returns the cell through which id's funding evidence is
+// published, or nil if it has none.
+func (e *Engine) Evidence(id AccountID) *EvidenceCell {
+	if a := e.accounts[id]; a != nil {
+		return a.evidence
+	}
+	return nil
+}
+
 // Standing returns what seed-000 admission reads of account id: its
 // installed snapshot and its funding evidence cell (nil if none). It does
 // not allocate: id is looked up as bytes.

@@ -36,6 +36,10 @@ type Config struct {
 	// Durable makes the shards hold answers that report usage until the
 	// plane's spool (Plane.Spool) says the usage is on disk.
 	Durable bool
+	// FundingWait bounds how long (ns) a request refused for want of
+	// funding on its shard waits for the refill before it is answered:
+	// 0 means shard.DefaultFundingWait, negative none.
+	FundingWait int64
 	// DrainUsage, if set, runs during Shutdown after every reservation has
 	// ended and before leases are released: it should make all usage
 	// durable and bill it (spool sync, export to the ledger).
@@ -242,7 +246,7 @@ func newRunner(id, cpu int, addr string, cfg Config) (*runner, control.Link, err
 		return nil, control.Link{}, err
 	}
 	r.s, err = shard.New(shard.Config{ID: uint16(id), Secret: cfg.Secret, MaxReservations: cfg.MaxReservations,
-		AckDurable: cfg.Durable}, r.in, r.out)
+		AckDurable: cfg.Durable, FundingWait: cfg.FundingWait}, r.in, r.out)
 	if err == nil {
 		r.ln, err = httploop.Listen(addr)
 	}

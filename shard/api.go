@@ -97,17 +97,25 @@ func (s *Shard) authenticate(req *fasthttp.Request, now int64) (core.Principal, 
 }
 
 // serveAdmit runs the staged path for /v1/admit, and for /v1/check also
-// commits and finishes at the quote in the same request. The order is the
-// contract's: authenticate (header) → begin → reserve a usage slot → decode
-// the body under the pinned snapshot → admit.
+// commits and finishes at the quote in the same request.
 func (s *Shard) serveAdmit(r *Request, oneShot bool) {
-	now := r.Now
-	p, ok := s.authenticate(r.Req, now)
+	p, ok := s.authenticate(r.Req, r.Now)
 	if !ok {
 		s.engine.CountDenial(core.DenyUnknownPrincipal)
 		s.writeDenial(r.Resp, core.Denial{Reason: core.DenyUnknownPrincipal})
 		return
 	}
+	s.runAdmit(r, p, oneShot, nil)
+}
+
+// runAdmit is the staged path after authentication, in the contract's
+// order: begin → reserve a usage slot → decode the body under the pinned
+// snapshot → admit (→ capacity → commit → finish for a one-shot check). w
+// is nil for a request off the wire; for a request run again after waiting
+// for funding it is the waiter, which carries the body decoded the first
+// time.
+func (s *Shard) runAdmit(r *Request, p core.Principal, oneShot bool, w *fundingWaiter) {
+	now := r.Now
 	ctx, reason := s.engine.Begin(p, 0, now)
 	if reason.Denied() {
 		s.writeDenial(r.Resp, core.Denial{Reason: reason})
@@ -128,17 +136,30 @@ func (s *Shard) serveAdmit(r *Request, oneShot bool) {
 		seq := s.usageSeq
 		defer func() { s.respond(r, s.seqSince(seq)) }()
 	}
-	a, problem := s.decodeAdmit(r.Req.Body(), ctx.Snapshot())
-	if problem != "" {
-		s.Release()
-		s.writeProblem(r.Resp, fasthttp.StatusBadRequest, "invalid-body", problem)
-		return
-	}
-	if a.unknownPermission {
-		s.Release()
-		s.engine.CountDenial(core.DenyMissingPermission)
-		s.writeDenial(r.Resp, core.Denial{Reason: core.DenyMissingPermission})
-		return
+	var a admitBody
+	if w == nil {
+		var problem string
+		if a, problem = s.decodeAdmit(r.Req.Body(), ctx.Snapshot()); problem != "" {
+			s.Release()
+			s.writeProblem(r.Resp, fasthttp.StatusBadRequest, "invalid-body", problem)
+			return
+		}
+		if a.unknownPermission {
+			s.Release()
+			s.engine.CountDenial(core.DenyMissingPermission)
+			s.writeDenial(r.Resp, core.Denial{Reason: core.DenyMissingPermission})
+			return
+		}
+	} else {
+		var current bool
+		if a, current = w.body(ctx.Generation()); !current {
+			// The policy changed while the request waited: its operations
+			// and permission were resolved under the old one. Answer the
+			// refusal it waited on; the client's retry is decoded afresh.
+			s.Release()
+			s.writeDenial(r.Resp, core.Denial{Reason: w.reason})
+			return
+		}
 	}
 	if reason := s.engine.Require(&ctx, a.perms); reason.Denied() {
 		s.Release()
@@ -151,7 +172,9 @@ func (s *Shard) serveAdmit(r *Request, oneShot bool) {
 	res, d := s.engine.Admit(&ctx, a.work, s, now)
 	s.flushRefills()
 	if d.Denied() {
-		s.writeDenial(r.Resp, d)
+		if !s.waitForFunding(r, p, &ctx, &a, oneShot, d, w) {
+			s.writeDenial(r.Resp, d)
+		}
 		return
 	}
 	quote := s.engine.Quote(res)

@@ -37,6 +37,9 @@ func (s *Shard) Poll(now int64) int {
 		}
 	}
 	s.engine.Expire(now)
+	if len(s.waits.order) > 0 {
+		s.runWaiters(now)
+	}
 	s.flushRefills()
 	return n
 }
@@ -47,6 +50,7 @@ func (s *Shard) apply(m *Inbound, now int64) {
 		if err := s.engine.Install(m.Snap); err != nil {
 			s.installErrors++
 		}
+		s.fundingNews(m.Snap.Account)
 	case InBind:
 		if s.engine.Bind(m.Principal, m.Account) == nil {
 			s.keys[m.Principal] = m.Digest
@@ -60,8 +64,10 @@ func (s *Shard) apply(m *Inbound, now int64) {
 	case InGrant:
 		s.applyGrant(m)
 		s.grantSeq[m.Account] = m.Seq
+		s.fundingNews(m.Account)
 	case InEvidence:
 		s.engine.SetEvidence(m.Account, m.Evidence)
+		s.fundingNews(m.Account)
 	case InReclaimLease:
 		s.reclaimLease(m.Account, m.Token)
 	case InForward:
@@ -91,6 +97,13 @@ func (s *Shard) apply(m *Inbound, now int64) {
 			s.send(Outbound{Kind: OutShareAck, From: s.cfg.ID, Account: m.Account, Seq: m.Seq,
 				InFlight: s.engine.AccountInFlight(m.Account)})
 		}
+	}
+}
+
+// fundingNews wakes the requests waiting for account's funding.
+func (s *Shard) fundingNews(account core.AccountID) {
+	if len(s.waits.order) > 0 {
+		s.waits.wake(account)
 	}
 }
 

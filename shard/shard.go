@@ -32,6 +32,12 @@ type Config struct {
 	// wait at once (default DefaultAckQueue).
 	AckDurable bool
 	AckQueue   int
+	// FundingWait is how long (ns) a request refused for want of funding
+	// on this shard waits for it before it is answered (see fundwait.go):
+	// 0 means DefaultFundingWait, NoFundingWait none. FundingWaiters bounds
+	// how many wait at once (default DefaultFundingWaiters).
+	FundingWait    int64
+	FundingWaiters int
 }
 
 // MaxWorkLines bounds the lines of one workload.
@@ -73,12 +79,20 @@ type Shard struct {
 	ready   bool
 	inbuf   [64]Inbound
 
+	waits      fundingWaits
+	waiting    *fundingWaiter // the waiter being run again
+	waitKept   bool           // it is to keep waiting
+	waitReq    Request        // the request it is run again as
+	waitResp   fasthttp.Response
+	fillWaiter func(*fasthttp.Response)
+
 	complete  Completer
 	fillReply func(*fasthttp.Response)
 	reply     opOutcome
 	replyOp   Op
 
 	installErrors, grantErrors, lostReplies, droppedRefills uint64
+	waited, waitsFull, waitsExpired                         uint64
 	pub                                                     publishedStats
 }
 
@@ -99,6 +113,12 @@ func New(cfg Config, in *ring.Doorbell[Inbound], out *ring.Doorbell[Outbound]) (
 	}
 	if cfg.AckQueue <= 0 {
 		cfg.AckQueue = DefaultAckQueue
+	}
+	if cfg.FundingWait == 0 {
+		cfg.FundingWait = DefaultFundingWait
+	}
+	if cfg.FundingWaiters <= 0 {
+		cfg.FundingWaiters = DefaultFundingWaiters
 	}
 	var seed [32]byte
 	if _, err := rand.Read(seed[:]); err != nil {
@@ -121,6 +141,9 @@ func New(cfg Config, in *ring.Doorbell[Inbound], out *ring.Doorbell[Outbound]) (
 	if cfg.AckDurable {
 		s.acks = newAckQueue(cfg.AckQueue)
 	}
+	s.waits = newFundingWaits(cfg.FundingWaiters)
+	s.waitReq = Request{Resp: &s.waitResp, Defer: s.waitTicket}
+	s.fillWaiter = s.writeWaiter
 	s.fillAck = s.writeAck // bound once: completing allocates nothing
 	s.fillPostPaid = s.writePostPaid
 	return s, nil

@@ -227,7 +227,10 @@ func TestAnotherPrincipalCannotTouchAReservation(t *testing.T) {
 }
 
 func TestRefusalsAreProblems(t *testing.T) {
-	h := newHarness(t, 0, 1024)
+	// Without funding waits, so the lease refusal is answered at once
+	// (fundwait_test.go covers waiting).
+	h := newHarnessWith(t, Config{ID: 0, Secret: testSecret, MaxReservations: 256, UsageHeadroom: 4,
+		FundingWait: NoFundingWait}, 1024)
 	h.provision("acme", "key-acme", 2000)
 	cases := []struct {
 		name, key, path, body string

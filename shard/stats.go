@@ -16,6 +16,12 @@ type Stats struct {
 	LostUsage   uint64 // must stay 0: usage that found no ring room
 	LostReplies uint64
 	ParkedAcks  int // answers waiting for durable usage
+	// FundingWaiting is the requests waiting for funding now; FundingWaits
+	// counts every request that waited, FundingWaitsExpired those still
+	// refused at their deadline, FundingWaitsFull those refused at once
+	// because the table was full.
+	FundingWaiting                                      int
+	FundingWaits, FundingWaitsExpired, FundingWaitsFull uint64
 }
 
 type publishedStats struct {
@@ -27,7 +33,9 @@ type publishedStats struct {
 // shard's thread.
 func (s *Shard) PublishStats() {
 	st := Stats{Engine: s.engine.Counters(), InFlight: s.engine.InFlight(), LostUsage: s.lostUsage,
-		LostReplies: s.lostReplies, ParkedAcks: int(s.acks.tail - s.acks.head)}
+		LostReplies: s.lostReplies, ParkedAcks: int(s.acks.tail - s.acks.head),
+		FundingWaiting: len(s.waits.order), FundingWaits: s.waited, FundingWaitsExpired: s.waitsExpired,
+		FundingWaitsFull: s.waitsFull}
 	s.pub.mu.Lock()
 	s.pub.s = st
 	s.pub.mu.Unlock()

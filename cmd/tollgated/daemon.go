@@ -25,6 +25,7 @@ import (
 	"github.com/tollgated/tollgated/httploop"
 	"github.com/tollgated/tollgated/ledger/boltstore"
 	"github.com/tollgated/tollgated/node"
+	"github.com/tollgated/tollgated/shard"
 	"github.com/tollgated/tollgated/spool"
 )
 
@@ -98,7 +99,8 @@ func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err 
 				p.UsageChanged(ids)
 			}
 		}},
-		Funder: funder, Durable: cfg.ack == "durable", DrainUsage: d.drainUsage, Log: log,
+		Funder: funder, Durable: cfg.ack == "durable", FundingWait: fundingWait(cfg.fundingWait),
+		DrainUsage: d.drainUsage, Log: log,
 	})
 	if err != nil {
 		return nil, err
@@ -276,3 +278,12 @@ const (
 	exportBatch    = 4096
 	exportInterval = 100 * time.Millisecond
 )
+
+// fundingWait turns the flag into node.Config's: 0 on the command line
+// means no waiting, which the shard spells NoFundingWait.
+func fundingWait(d time.Duration) int64 {
+	if d == 0 {
+		return shard.NoFundingWait
+	}
+	return int64(d)
+}
