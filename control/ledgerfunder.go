@@ -179,6 +179,12 @@ func (f *LedgerFunder) Grant(id core.AccountID, want, need core.CostUnits, now i
 		return Grant{Evidence: fa.ev, HasEvidence: fa.hasEv}, nil
 	}
 	units := min(want, l.pool)
+	if l.short {
+		// Near exhaustion this lease is all there is: split it over the
+		// shards, so the first to ask does not hold all of it while the
+		// others starve and force a gather.
+		units = min(units, max(l.granted/core.CostUnits(max(len(f.plane.links), 1)), 1))
+	}
 	if need > units {
 		units = need
 	}

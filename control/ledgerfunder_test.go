@@ -193,6 +193,7 @@ func TestLedgerFundsEveryUnitAndThenAnswers402(t *testing.T) {
 		if ln.funder.stats.Errors != 0 {
 			t.Errorf("funder counted %d broken invariants", ln.funder.stats.Errors)
 		}
+		t.Logf("funder: %+v", ln.funder.stats)
 		if len(fa.tokens) > held {
 			t.Errorf("the plane remembers %d lease tokens for %d leases it holds", len(fa.tokens), held)
 		}
@@ -302,5 +303,47 @@ func TestAnUnfundableQuoteDoesNotStarveSmallOnes(t *testing.T) {
 	}
 	for i := range ln.shards {
 		waitStatus(t, ln, i, 200, 2*time.Second)
+	}
+}
+
+// TestAnIdleAccountDoesNotChurnLeases: an account whose whole balance fits
+// in one node lease, funded after a first refusal (its policy came before
+// its deposit, as the admin API allows), serves a request and then sits
+// idle. The plane must not keep acquiring and releasing leases for it: each
+// is a ledger transaction with an fsync.
+func TestAnIdleAccountDoesNotChurnLeases(t *testing.T) {
+	ln := newLedgerNode(t, 2, LeaseConfig{TTL: time.Minute})
+	prov := ln.open("acme", "key-acme", 0) // prefunding is refused: nothing to lease
+	ctx := context.Background()
+	if _, _, err := ln.store.Deposit(ctx, "acme", 1000, "later", time.Now().UnixNano()); err != nil {
+		t.Fatal(err)
+	}
+	acct, _ := ln.store.Account(ctx, "acme")
+	if err := prov.AccountChanged(acct); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	deadline := start.Add(5 * time.Second)
+	for {
+		if st, _ := ln.check(0, "key-acme", 1); st == 200 {
+			t.Logf("admitted %v after the deposit", time.Since(start).Round(time.Microsecond))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("never admitted after the deposit")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	stats := func() (s FundingStats) {
+		ln.plane.Do(func() { s = ln.funder.stats })
+		return s
+	}
+	time.Sleep(200 * time.Millisecond)
+	before := stats()
+	time.Sleep(500 * time.Millisecond)
+	after := stats()
+	t.Logf("idle for 500 ms: %+v (from %+v)", after, before)
+	if n := after.Acquired + after.Consolidated - before.Acquired - before.Consolidated; n > 1 {
+		t.Fatalf("an idle account took %d leases in 500 ms (released %d)", n, after.Released-before.Released)
 	}
 }
