@@ -27,12 +27,29 @@ type Provisioner struct {
 	// Grace is how long past a lease's expiry its holder may still release
 	// it before the ledger forfeits its remainder.
 	Grace time.Duration
+	// EventRetention is how long the ledger remembers a usage event's id
+	// after ingesting it: a re-sent event is a duplicate within it and new
+	// after it. It bounds the ledger's growth (DefaultEventRetention).
+	EventRetention time.Duration
 }
+
+// DefaultEventRetention outlasts any replay of the node's own spool (a node
+// down for days replays what it had not marked exported) and the retries
+// of a post-paid reporter.
+const DefaultEventRetention = 7 * 24 * time.Hour
+
+// forgetBatch and forgetBatches bound one maintenance pass's forgetting:
+// the first pass after a long outage catches up over several passes
+// instead of holding the ledger's write lock for long.
+const (
+	forgetBatch   = 4096
+	forgetBatches = 16
+)
 
 // NewProvisioner returns a provisioner publishing store's state to p.
 func NewProvisioner(p *Plane, store ledger.Store) *Provisioner {
 	return &Provisioner{plane: p, store: store, Now: func() int64 { return time.Now().UnixNano() },
-		Grace: 10 * time.Second}
+		Grace: 10 * time.Second, EventRetention: DefaultEventRetention}
 }
 
 const provisionTimeout = 10 * time.Second
@@ -201,6 +218,15 @@ func (v *Provisioner) MaintainOnce() (rolled int, err error) {
 			return rolled, err
 		}
 		if n < 256 {
+			break
+		}
+	}
+	for range forgetBatches {
+		n, err := v.store.ForgetEvents(ctx, now-int64(v.EventRetention), forgetBatch)
+		if err != nil {
+			return rolled, err
+		}
+		if n < forgetBatch {
 			break
 		}
 	}

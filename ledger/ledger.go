@@ -242,6 +242,12 @@ type Store interface {
 	// Ingest records a batch: results[i] answers events[i]. An error means
 	// nothing in the batch was recorded.
 	Ingest(ctx context.Context, events []Usage, now int64) ([]IngestResult, error)
+	// ForgetEvents drops the ids of up to limit events ingested before
+	// before, oldest first, and reports how many: an id forgotten is new
+	// again to Ingest. Ingest remembers every id until then, so the
+	// caller's retention is the window in which a re-sent event is a
+	// Duplicate.
+	ForgetEvents(ctx context.Context, before int64, limit int) (int, error)
 	UsageOf(ctx context.Context, id core.AccountID, limit int) ([]Usage, error)
 	// Evidence reports id's funding as admission would see it.
 	Evidence(ctx context.Context, id core.AccountID) (Evidence, error)

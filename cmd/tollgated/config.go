@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tollgated/tollgated/affinity"
+	"github.com/tollgated/tollgated/control"
 )
 
 // config is everything tollgated is started with. Every flag has an
@@ -33,6 +34,7 @@ type config struct {
 	leaseTTL      time.Duration
 	leaseGrace    time.Duration
 	fundingWait   time.Duration
+	retention     time.Duration
 	usageHistory  int
 	ack           string
 	cpuProfile    string
@@ -67,6 +69,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.StringVar(&cpus, "cpus", "", "CPUs to pin shards to, Linux cpulist syntax such as 0-3,6 (default: the CPUs this process may use)")
 	fs.DurationVar(&c.leaseGrace, "lease-grace", 10*time.Second, "how long past expiry a lease may still be released before its remainder is forfeited")
 	fs.DurationVar(&c.fundingWait, "funding-wait", 200*time.Millisecond, "how long a request refused only because its shard's lease slice ran out (or has not arrived yet) waits for the refill before it is answered 503; 0 answers at once")
+	fs.DurationVar(&c.retention, "event-retention", control.DefaultEventRetention, "how long the ledger remembers a billed event's id: a re-sent event (a post-paid retry, a replay after a crash) is a duplicate within it; bounds the ledger's growth")
 	fs.StringVar(&c.ack, "ack", "durable", "when answers that bill usage are sent: durable (once the usage is fsync'd to the spool: survives kill -9 and power loss) or immediate (at once; usage reaches the spool within a flush interval, and is lost if the process dies first — spend stays bounded)")
 	fs.IntVar(&c.usageHistory, "usage-history", 1000, "usage events kept per account for GET /v1/accounts/{id}/usage")
 	fs.StringVar(&c.dataDir, "data-dir", "./tollgated-data", "directory for the ledger, the usage spool and the server secret")
@@ -151,6 +154,9 @@ func (c *config) finish(cpus, level string) error {
 	}
 	if c.leaseGrace < 0 || c.leaseGrace > time.Hour {
 		return fmt.Errorf("--lease-grace %v: want 0 to 1h", c.leaseGrace)
+	}
+	if c.retention < time.Minute || c.retention > 5*366*24*time.Hour {
+		return fmt.Errorf("--event-retention %v: want 1m to 5 years", c.retention)
 	}
 	if c.fundingWait < 0 || c.fundingWait > 2*time.Second {
 		return fmt.Errorf("--funding-wait %v: want 0 to 2s", c.fundingWait)

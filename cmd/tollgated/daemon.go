@@ -111,6 +111,7 @@ func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err 
 	}
 	d.prov = control.NewProvisioner(d.node.Plane(), d.store)
 	d.prov.Grace = cfg.leaseGrace
+	d.prov.EventRetention = cfg.retention
 	prov.Store(d.prov)
 	d.exporter.Changed = d.prov.UsageChanged
 	d.exporter.OnError = func(err error) {

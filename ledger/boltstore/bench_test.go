@@ -2,6 +2,7 @@ package boltstore
 
 import (
 	"context"
+	"encoding/binary"
 	"strconv"
 	"testing"
 
@@ -82,16 +83,18 @@ func BenchmarkIngest256(b *testing.B) {
 	}
 	batch := make([]ledger.Usage, 256)
 	var n uint64
+	now := t0
 	b.ReportAllocs()
 	for b.Loop() {
+		// As the daemon sends them: ids that grow with time (the shards'
+		// request ids lead with their commit time), ingested at the clock.
+		now += 1e6
 		for i := range batch {
 			n++
-			batch[i] = ledger.Usage{Account: "agent", Source: ledger.UsageLease, LeaseID: l.ID, Token: l.Token, Units: 1, OccurredAt: t0}
-			for j := range 8 {
-				batch[i].ID[j] = byte(n >> (8 * j))
-			}
+			batch[i] = ledger.Usage{Account: "agent", Source: ledger.UsageLease, LeaseID: l.ID, Token: l.Token, Units: 1, OccurredAt: now}
+			binary.BigEndian.PutUint64(batch[i].ID[:], n)
 		}
-		res, err := s.Ingest(ctx, batch, t0)
+		res, err := s.Ingest(ctx, batch, now)
 		if err != nil || res[255] != ledger.Accepted {
 			b.Fatalf("ingest: %v, %v", res[255], err)
 		}

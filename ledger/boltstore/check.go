@@ -63,6 +63,30 @@ func (s *Store) Check(ctx context.Context) error {
 		if n := due.Stats().KeyN; n != budgeted {
 			return fmt.Errorf("%w: due index has %d entries for %d accounts with a period", ErrCorrupt, n, budgeted)
 		}
+		if err := checkEventAges(x); err != nil {
+			return err
+		}
 		return c.Done()
 	})
+}
+
+// checkEventAges verifies that the ingest-time index names every remembered
+// event id exactly once and nothing else.
+func checkEventAges(x *txn) error {
+	seen := x.bucket(bucketEvents)
+	indexed := 0
+	err := x.bucket(bucketEventAge).ForEach(func(k, _ []byte) error {
+		if len(k) != 8+16 || seen.Get(k[8:]) == nil {
+			return fmt.Errorf("%w: event-age entry %x names no remembered event", ErrCorrupt, k)
+		}
+		indexed++
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if n := seen.Stats().KeyN; n != indexed {
+		return fmt.Errorf("%w: event-age index has %d entries for %d remembered events", ErrCorrupt, indexed, n)
+	}
+	return nil
 }

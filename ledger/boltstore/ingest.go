@@ -24,6 +24,7 @@ func (s *Store) Ingest(ctx context.Context, events []ledger.Usage, now int64) ([
 	results := make([]ledger.IngestResult, len(events))
 	err := s.update(ctx, func(x *txn) error {
 		seen := x.bucket(bucketEvents)
+		age := x.bucket(bucketEventAge)
 		for i := range events {
 			e := &events[i]
 			if seen.Get(e.ID[:]) != nil {
@@ -36,6 +37,9 @@ func (s *Store) Ingest(ctx context.Context, events []ledger.Usage, now int64) ([
 			}
 			results[i] = r
 			if err := seen.Put(e.ID[:], []byte{byte(r)}); err != nil {
+				return err
+			}
+			if err := age.Put(eventAgeKey(now, e.ID), nil); err != nil {
 				return err
 			}
 			if r == ledger.Accepted {

@@ -50,6 +50,7 @@ import (
 //	leases    lease id → lease record (the bucket's sequence assigns ids)
 //	expiry    expires at ⧺ lease id → nil: active leases only, for Reclaim
 //	events    usage event id → IngestResult: ingest idempotency
+//	eventage  ingested at ⧺ event id → nil: every events entry, for ForgetEvents
 //	usage     account id → bucket of sequence → usage: recent accepted usage
 //	keys      key id → key;  keyindex  account id ⧺ 0 ⧺ key id → nil
 //	tokens    platform token id → token
@@ -62,6 +63,7 @@ var (
 	bucketLeases   = []byte("leases")
 	bucketExpiry   = []byte("expiry")
 	bucketEvents   = []byte("events")
+	bucketEventAge = []byte("eventage")
 	bucketUsage    = []byte("usage")
 	bucketKeys     = []byte("keys")
 	bucketKeyIndex = []byte("keyindex")
@@ -69,7 +71,7 @@ var (
 	bucketAudit    = []byte("audit")
 
 	allBuckets = [][]byte{bucketMeta, bucketAccounts, bucketDue, bucketDeposits, bucketLeases, bucketExpiry,
-		bucketEvents, bucketUsage, bucketKeys, bucketKeyIndex, bucketTokens, bucketAudit}
+		bucketEvents, bucketEventAge, bucketUsage, bucketKeys, bucketKeyIndex, bucketTokens, bucketAudit}
 
 	metaSchema = []byte("schema")
 	metaAdmin  = []byte("admin")
@@ -125,6 +127,13 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
+		if tx.Bucket(bucketEventAge) == nil && tx.Bucket(bucketEvents) != nil {
+			// A file from before ForgetEvents: its ids' ingest times were
+			// not kept, so they count as ingested now.
+			if err := indexEventAges(tx, time.Now().UnixNano()); err != nil {
+				return err
+			}
+		}
 		for _, name := range allBuckets {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err

@@ -145,3 +145,37 @@ func testIngestIsAllOrNothing(h *harness) {
 		h.t.Fatalf("usage after a failed batch %+v", got)
 	}
 }
+
+// testForgetEvents: an id is a Duplicate until the caller forgets the ids
+// ingested before some time, oldest first and at most limit per call; a
+// forgotten id is new again. What is forgotten stays forgotten across a
+// restart, and what is remembered stays remembered.
+func testForgetEvents(h *harness) {
+	h.create("org", "", false)
+	h.deposit("org", 1000, "o")
+	post := func(n uint64) ledger.Usage {
+		return ledger.Usage{ID: eventID(n), Account: "org", Source: ledger.UsagePostPaid, Units: 1}
+	}
+	h.ingest(t0, []ledger.Usage{post(1), post(2)}, ledger.Accepted, ledger.Accepted)
+	h.ingest(t0+hour, []ledger.Usage{post(3), {ID: eventID(4), Account: "org", Source: ledger.UsagePostPaid}},
+		ledger.Accepted, ledger.Rejected)
+	forget := func(before int64, limit, want int) {
+		h.t.Helper()
+		if n, err := h.s.ForgetEvents(h.ctx, before, limit); n != want || err != nil {
+			h.t.Fatalf("ForgetEvents(%d, %d) = %d, %v; want %d", before-t0, limit, n, err, want)
+		}
+	}
+	forget(t0, 10, 0) // nothing was ingested before t0
+	forget(t0+hour, 1, 1)
+	h.restart()
+	forget(t0+hour, 10, 1)
+	forget(t0+hour, 10, 0)
+	_, err := h.s.ForgetEvents(h.ctx, t0+hour, 0)
+	h.wantErr("a limit of 0", err, ledger.ErrInvalid)
+	// 1 and 2 are forgotten: new again. 3 and the rejected 4 are remembered.
+	h.ingest(t0+2*hour, []ledger.Usage{post(1), post(2), post(3), post(4)},
+		ledger.Accepted, ledger.Accepted, ledger.Duplicate, ledger.Duplicate)
+	h.money("org", money{Deposited: 1000, TopUpLeft: 995, Settled: 5})
+	forget(t0+3*hour, 10, 4) // 3, 4, and the second 1 and 2
+	h.ingest(t0+3*hour, []ledger.Usage{post(3)}, ledger.Accepted)
+}

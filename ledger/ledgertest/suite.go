@@ -47,6 +47,7 @@ var cases = []struct {
 	{"PlatformTokens", testPlatformTokens},
 	{"AdminDigestAndAudit", testAdminDigestAndAudit},
 	{"RestartKeepsEverything", testRestartKeepsEverything},
+	{"ForgetEvents", testForgetEvents},
 	{"RandomSequences", testRandomSequences},
 }
 

@@ -65,6 +65,13 @@ func (b broken) Rollover(ctx context.Context, now int64, limit int) (int, error)
 	return b.Store.Rollover(ctx, now, limit)
 }
 
+func (b broken) ForgetEvents(ctx context.Context, before int64, limit int) (int, error) {
+	if b.bug == "forgets by ingest time inclusive" {
+		before++
+	}
+	return b.Store.ForgetEvents(ctx, before, limit)
+}
+
 const bugEnv = "LEDGERTEST_BUG"
 
 // TestBrokenBackend runs the suite against a broken backend; it is the
@@ -90,7 +97,7 @@ func TestSuiteCatchesBrokenBackends(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the suite in child processes")
 	}
-	tests := []string{"Release", "Budgets", "Deposits", "RestartKeepsEverything", "GrantPolicy", "IngestLeaseUsage", "Rollover"}
+	tests := []string{"Release", "Budgets", "Deposits", "RestartKeepsEverything", "GrantPolicy", "IngestLeaseUsage", "Rollover", "ForgetEvents"}
 	for _, c := range []struct {
 		bug  string
 		fail []string
@@ -101,6 +108,7 @@ func TestSuiteCatchesBrokenBackends(t *testing.T) {
 		{"need ignored", []string{"GrantPolicy", "Release"}},
 		{"rejections forgotten", []string{"IngestLeaseUsage", "RestartKeepsEverything"}},
 		{"rollover ignores limit", []string{"Rollover"}},
+		{"forgets by ingest time inclusive", []string{"ForgetEvents"}},
 	} {
 		name := cmp.Or(c.bug, "unbroken")
 		t.Run(strings.ReplaceAll(name, " ", "_"), func(t *testing.T) {

@@ -1,0 +1,43 @@
+package control
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/tollgated/tollgated/ledger"
+)
+
+// TestMaintenanceForgetsEventIDsAfterTheRetention: the ledger remembers a
+// billed event's id for the provisioner's retention and no longer, so it
+// does not grow with every event ever billed.
+func TestMaintenanceForgetsEventIDsAfterTheRetention(t *testing.T) {
+	ln := newLedgerNode(t, 1, LeaseConfig{TTL: time.Minute})
+	prov := ln.open("acme", "key-acme", 1000)
+	ctx := context.Background()
+	ingestedAt := time.Now().UnixNano()
+	post := []ledger.Usage{{ID: [16]byte{7}, Account: "acme", Source: ledger.UsagePostPaid, Units: 1}}
+	if _, err := ln.store.Ingest(ctx, post, ingestedAt); err != nil {
+		t.Fatal(err)
+	}
+	prov.EventRetention = time.Hour
+	for _, c := range []struct {
+		at   int64
+		want ledger.IngestResult
+	}{
+		{ingestedAt + int64(time.Hour), ledger.Duplicate}, // the id's last moment
+		{ingestedAt + int64(time.Hour) + 1, ledger.Accepted},
+	} {
+		prov.Now = func() int64 { return c.at }
+		if _, err := prov.MaintainOnce(); err != nil {
+			t.Fatal(err)
+		}
+		res, err := ln.store.Ingest(ctx, post, c.at)
+		if err != nil || res[0] != c.want {
+			t.Fatalf("re-sent %v after ingest: %v %v, want %v", time.Duration(c.at-ingestedAt), res, err, c.want)
+		}
+		if c.want == ledger.Accepted {
+			return
+		}
+	}
+}

@@ -1,0 +1,84 @@
+package boltstore
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/tollgated/tollgated/ledger"
+)
+
+// TestFileFromBeforeTheAgeIndexIsIndexedOnOpen: a ledger written before
+// event ids had an ingest-time index gets one when opened, dated at the
+// opening, so its ids are forgotten one retention after the upgrade, not
+// never, and Check holds throughout.
+func TestFileFromBeforeTheAgeIndexIsIndexedOnOpen(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.CreateAccount(ctx, ledger.AccountSpec{ID: "org"}, t0); err != nil {
+		t.Fatal(err)
+	}
+	events := []ledger.Usage{
+		{ID: [16]byte{1}, Account: "org", Source: ledger.UsageOverage, Units: 1},
+		{ID: [16]byte{2}, Account: "org", Source: ledger.UsageOverage, Units: 1},
+	}
+	if _, err := s.Ingest(ctx, events, t0); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket(bucketEventAge) }); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	opened := time.Now().UnixNano()
+	if s, err = Open(path, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.ForgetEvents(ctx, opened-1, 10); n != 0 || err != nil {
+		t.Fatalf("forgot %d (%v) ids dated before the opening", n, err)
+	}
+	if res, _ := s.Ingest(ctx, events, t0); res[0] != ledger.Duplicate || res[1] != ledger.Duplicate {
+		t.Fatalf("remembered ids: %v", res)
+	}
+	if n, err := s.ForgetEvents(ctx, time.Now().UnixNano()+1, 10); n != 2 || err != nil {
+		t.Fatalf("forgot %d (%v), want the 2 indexed at the opening", n, err)
+	}
+	if err := s.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCheckFindsAnEventMissingFromTheAgeIndex shows the index check can fail.
+func TestCheckFindsAnEventMissingFromTheAgeIndex(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, Options{})
+	if _, _, err := s.CreateAccount(ctx, ledger.AccountSpec{ID: "org"}, t0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Ingest(ctx, []ledger.Usage{{ID: [16]byte{1}, Account: "org", Source: ledger.UsageOverage, Units: 1}}, t0); err != nil {
+		t.Fatal(err)
+	}
+	err := s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketEventAge).Delete(eventAgeKey(t0, [16]byte{1})) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Check(ctx); err == nil {
+		t.Fatal("Check passed with an event missing from the age index")
+	}
+}
