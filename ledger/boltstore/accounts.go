@@ -176,6 +176,9 @@ func (s *Store) Rollover(ctx context.Context, now int64, limit int) (moved int, 
 	if limit <= 0 {
 		return 0, fmt.Errorf("%w: rollover limit %d", ledger.ErrInvalid, limit)
 	}
+	if due, err := s.due(ctx, bucketDue, now); !due || err != nil {
+		return 0, err
+	}
 	err = s.update(ctx, func(x *txn) error {
 		var due []core.AccountID
 		c := x.bucket(bucketDue).Cursor()

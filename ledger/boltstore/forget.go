@@ -3,6 +3,7 @@ package boltstore
 import (
 	"context"
 	"fmt"
+	"math"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -20,13 +21,18 @@ func (s *Store) ForgetEvents(ctx context.Context, before int64, limit int) (int,
 	if limit <= 0 {
 		return 0, fmt.Errorf("%w: limit %d", ledger.ErrInvalid, limit)
 	}
+	if before == math.MinInt64 {
+		return 0, nil
+	}
+	if due, err := s.due(ctx, bucketEventAge, before-1); !due || err != nil {
+		return 0, err
+	}
 	n := 0
 	err := s.update(ctx, func(x *txn) error {
 		n = 0
 		seen, age := x.bucket(bucketEvents), x.bucket(bucketEventAge)
-		end := timeKey(nil, before)
 		c := age.Cursor()
-		for k, _ := c.First(); k != nil && n < limit && string(k[:8]) < string(end); k, _ = c.First() {
+		for k, _ := c.First(); k != nil && n < limit && keyTime(k) < before; k, _ = c.First() {
 			if err := seen.Delete(k[8:]); err != nil {
 				return err
 			}
@@ -55,4 +61,18 @@ func indexEventAges(tx *bolt.Tx, now int64) error {
 		copy(id[:], k)
 		return age.Put(eventAgeKey(now, id), nil)
 	})
+}
+
+// due reports whether bucket, a time-ordered index, has an entry timed at
+// or before t. The periodic passes (forgetting, reclaim, rollover) ask in a
+// read transaction first: a write transaction's commit is an fsync even
+// when it changes nothing, and an idle node runs them every second.
+func (s *Store) due(ctx context.Context, bucket []byte, t int64) (bool, error) {
+	found := false
+	err := s.view(ctx, func(x *txn) error {
+		k, _ := x.bucket(bucket).Cursor().First()
+		found = k != nil && keyTime(k) <= t
+		return nil
+	})
+	return found, err
 }

@@ -82,3 +82,40 @@ func TestCheckFindsAnEventMissingFromTheAgeIndex(t *testing.T) {
 		t.Fatal("Check passed with an event missing from the age index")
 	}
 }
+
+// TestIdlePassesWriteNothing: reclaim, rollover and forgetting with nothing
+// due commit no write transaction (each commit is an fsync, and an idle
+// node runs them every second).
+func TestIdlePassesWriteNothing(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, Options{})
+	if _, _, err := s.CreateAccount(ctx, ledger.AccountSpec{ID: "org"}, t0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Ingest(ctx, []ledger.Usage{{ID: [16]byte{1}, Account: "org", Source: ledger.UsageOverage, Units: 1}}, t0); err != nil {
+		t.Fatal(err)
+	}
+	txid := func() (id int) {
+		s.db.View(func(tx *bolt.Tx) error { id = tx.ID(); return nil })
+		return id
+	}
+	before := txid()
+	if n, err := s.ForgetEvents(ctx, t0, 10); n != 0 || err != nil {
+		t.Fatal(n, err)
+	}
+	if n, err := s.Reclaim(ctx, t0, 0, 10); n != 0 || err != nil {
+		t.Fatal(n, err)
+	}
+	if n, err := s.Rollover(ctx, t0, 10); n != 0 || err != nil {
+		t.Fatal(n, err)
+	}
+	if after := txid(); after != before {
+		t.Fatalf("idle passes committed %d write transactions", after-before)
+	}
+	if n, err := s.ForgetEvents(ctx, t0+1, 10); n != 1 || err != nil {
+		t.Fatalf("forgetting what is due: %d, %v", n, err)
+	}
+	if txid() == before {
+		t.Fatal("a pass with work committed nothing")
+	}
+}

@@ -110,6 +110,9 @@ func (s *Store) Reclaim(ctx context.Context, now, grace int64, limit int) (n int
 		return 0, nil // nothing can have expired that long ago
 	}
 	cutoff := now - grace // ExpiresAt + grace <= now, without overflow
+	if due, err := s.due(ctx, bucketExpiry, cutoff); !due || err != nil {
+		return 0, err
+	}
 	err = s.update(ctx, func(x *txn) error {
 		var due []uint64
 		c := x.bucket(bucketExpiry).Cursor()
