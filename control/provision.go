@@ -63,11 +63,11 @@ func (v *Provisioner) AccountChanged(acct ledger.Account) error {
 	if err := v.install(ctx, acct); err != nil {
 		return err
 	}
-	all, err := v.store.Accounts(ctx)
+	ids, err := v.subtree(ctx, acct.ID)
 	if err != nil {
 		return err
 	}
-	return v.refreshEvidence(ctx, descendants(all, map[core.AccountID]bool{acct.ID: true}))
+	return v.refreshEvidence(ctx, ids)
 }
 
 // install compiles acct and installs it on every shard; an older or equal
@@ -125,16 +125,21 @@ func (p *Plane) FundingChanged(id core.AccountID, ev core.FundingEvidence) {
 func (v *Provisioner) UsageChanged(ids []core.AccountID) {
 	ctx, cancel := context.WithTimeout(context.Background(), provisionTimeout)
 	defer cancel()
-	all, err := v.store.Accounts(ctx)
-	if err != nil {
-		return
-	}
 	roots := make(map[core.AccountID]bool)
-	byID := indexAccounts(all)
 	for _, id := range ids {
-		roots[rootOf(byID, id)] = true
+		if root, err := v.rootOf(ctx, id); err == nil {
+			roots[root] = true
+		}
 	}
-	v.refreshEvidence(ctx, descendants(all, roots)) //nolint:errcheck // the next change retries
+	for root := range roots {
+		tree, err := v.subtree(ctx, root)
+		if err != nil {
+			return // the next change retries
+		}
+		if v.refreshEvidence(ctx, tree) != nil {
+			return
+		}
+	}
 }
 
 // BindKey, RevokeKey, BindPlatformToken and RevokePlatformToken pass
@@ -271,33 +276,33 @@ func depth(byID map[core.AccountID]*ledger.Account, id core.AccountID) int {
 	return d
 }
 
-func rootOf(byID map[core.AccountID]*ledger.Account, id core.AccountID) core.AccountID {
-	for i := 0; i < 8; i++ {
-		a := byID[id]
-		if a == nil || a.Parent == "" {
-			return id
+// subtree lists root and every account below it, through the ledger's
+// children index: a change costs the accounts it can affect, not a read of
+// every account the ledger holds (which made each admin call and each
+// post-paid export O(accounts)).
+func (v *Provisioner) subtree(ctx context.Context, root core.AccountID) ([]core.AccountID, error) {
+	out := []core.AccountID{root}
+	for i := 0; i < len(out); i++ {
+		kids, err := v.store.Children(ctx, out[i])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, kids...)
+	}
+	return out, nil
+}
+
+// rootOf follows id's parents to the top (the ledger allows three levels).
+func (v *Provisioner) rootOf(ctx context.Context, id core.AccountID) (core.AccountID, error) {
+	for range 8 {
+		a, err := v.store.Account(ctx, id)
+		if err != nil {
+			return "", err
+		}
+		if a.Parent == "" {
+			return id, nil
 		}
 		id = a.Parent
 	}
-	return id
-}
-
-// descendants lists the accounts in roots and every account below them.
-func descendants(all []ledger.Account, roots map[core.AccountID]bool) []core.AccountID {
-	byID := indexAccounts(all)
-	var out []core.AccountID
-	for _, a := range all {
-		for id, i := a.ID, 0; id != "" && i < 8; i++ {
-			if roots[id] {
-				out = append(out, a.ID)
-				break
-			}
-			p := byID[id]
-			if p == nil {
-				break
-			}
-			id = p.Parent
-		}
-	}
-	return out
+	return id, nil
 }

@@ -41,3 +41,29 @@ func TestMaintenanceForgetsEventIDsAfterTheRetention(t *testing.T) {
 		}
 	}
 }
+
+// TestRefreshReachesTheWholeTreeThroughTheIndex: a change to an account
+// refreshes it and every account below it, found through the ledger's
+// children index, and usage anywhere in a tree refreshes from its root.
+func TestRefreshReachesTheWholeTreeThroughTheIndex(t *testing.T) {
+	ln := newLedgerNode(t, 1, LeaseConfig{TTL: time.Minute})
+	prov := ln.open("org", "key-org", 0)
+	ctx := context.Background()
+	for _, spec := range []ledger.AccountSpec{
+		{ID: "ws", Parent: "org", Unmetered: true}, {ID: "a1", Parent: "ws"}, {ID: "a2", Parent: "ws"}, {ID: "lone"},
+	} {
+		if _, _, err := ln.store.CreateAccount(ctx, spec, time.Now().UnixNano()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tree, err := prov.subtree(ctx, "org")
+	if err != nil || len(tree) != 4 || tree[0] != "org" || tree[1] != "ws" || tree[2] != "a1" || tree[3] != "a2" {
+		t.Fatalf("subtree of org: %v, %v", tree, err)
+	}
+	if root, err := prov.rootOf(ctx, "a2"); root != "org" || err != nil {
+		t.Fatalf("root of a2: %q, %v", root, err)
+	}
+	if _, err := prov.subtree(ctx, "nobody"); err == nil {
+		t.Fatal("subtree of an unknown account")
+	}
+}

@@ -213,6 +213,9 @@ type Store interface {
 	CreateAccount(ctx context.Context, spec AccountSpec, now int64) (acct Account, created bool, err error)
 	Account(ctx context.Context, id core.AccountID) (Account, error)
 	Accounts(ctx context.Context) ([]Account, error)
+	// Children lists the accounts whose parent is id, in id order; an
+	// unknown id is ErrNotFound.
+	Children(ctx context.Context, id core.AccountID) ([]core.AccountID, error)
 	SetStatus(ctx context.Context, id core.AccountID, s core.Status) (Account, error)
 	SetPolicy(ctx context.Context, id core.AccountID, policy []byte) (Account, error)
 	// SetBudget sets the schedule. The same budget again is a no-op;

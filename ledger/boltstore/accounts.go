@@ -44,6 +44,9 @@ func (s *Store) CreateAccount(ctx context.Context, spec ledger.AccountSpec, now 
 			return err
 		}
 		acct, created = *x.insertAccount(a), true
+		if spec.Parent != "" {
+			return x.bucket(bucketChildren).Put(childKey(spec.Parent, spec.ID), nil)
+		}
 		return nil
 	})
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/ledger"
 )
 
@@ -41,10 +42,14 @@ func (s *Store) Check(ctx context.Context) error {
 		}
 		due := x.bucket(bucketDue)
 		budgeted := 0
+		withParent := make(map[string]core.AccountID)
 		err = x.bucket(bucketAccounts).ForEach(func(k, v []byte) error {
 			a, err := decodeAccount(k, v)
 			if err != nil {
 				return err
+			}
+			if a.Parent != "" {
+				withParent[string(a.ID)] = a.Parent
 			}
 			if err := c.Account(&a); err != nil {
 				return err
@@ -62,6 +67,9 @@ func (s *Store) Check(ctx context.Context) error {
 		}
 		if n := due.Stats().KeyN; n != budgeted {
 			return fmt.Errorf("%w: due index has %d entries for %d accounts with a period", ErrCorrupt, n, budgeted)
+		}
+		if err := checkChildren(x, withParent); err != nil {
+			return err
 		}
 		if err := checkEventAges(x); err != nil {
 			return err

@@ -46,6 +46,7 @@ import (
 //	meta      "schema" → schema version; "admin" → admin token digest
 //	accounts  account id → account
 //	due       period end ⧺ account id → nil: accounts with a budget period, for Rollover
+//	children  parent id ⧺ 0 ⧺ account id → nil: every account with a parent, for Children
 //	deposits  account id ⧺ 0 ⧺ key → units: deposit idempotency
 //	leases    lease id → lease record (the bucket's sequence assigns ids)
 //	expiry    expires at ⧺ lease id → nil: active leases only, for Reclaim
@@ -59,6 +60,7 @@ var (
 	bucketMeta     = []byte("meta")
 	bucketAccounts = []byte("accounts")
 	bucketDue      = []byte("due")
+	bucketChildren = []byte("children")
 	bucketDeposits = []byte("deposits")
 	bucketLeases   = []byte("leases")
 	bucketExpiry   = []byte("expiry")
@@ -70,7 +72,7 @@ var (
 	bucketTokens   = []byte("tokens")
 	bucketAudit    = []byte("audit")
 
-	allBuckets = [][]byte{bucketMeta, bucketAccounts, bucketDue, bucketDeposits, bucketLeases, bucketExpiry,
+	allBuckets = [][]byte{bucketMeta, bucketAccounts, bucketDue, bucketChildren, bucketDeposits, bucketLeases, bucketExpiry,
 		bucketEvents, bucketEventAge, bucketUsage, bucketKeys, bucketKeyIndex, bucketTokens, bucketAudit}
 
 	metaSchema = []byte("schema")
@@ -127,6 +129,12 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
+		if tx.Bucket(bucketChildren) == nil && tx.Bucket(bucketAccounts) != nil {
+			// A file from before the children index.
+			if err := indexChildren(tx); err != nil {
+				return err
+			}
+		}
 		if tx.Bucket(bucketEventAge) == nil && tx.Bucket(bucketEvents) != nil {
 			// A file from before ForgetEvents: its ids' ingest times were
 			// not kept, so they count as ingested now.

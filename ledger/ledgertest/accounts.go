@@ -119,3 +119,32 @@ func testStatusAndPolicy(h *harness) {
 	}
 	h.money("org", money{Deposited: 150, TopUpLeft: 50, Expired: 100})
 }
+
+// testChildren: Children lists an account's direct children in id order,
+// nothing for a leaf, ErrNotFound for an unknown account; an idempotent
+// re-create adds no second entry, and the lists survive a restart.
+func testChildren(h *harness) {
+	h.create("org", "", false)
+	h.create("ws-b", "org", true)
+	h.create("ws-a", "org", true)
+	h.create("agent-2", "ws-a", false)
+	h.create("agent-1", "ws-a", false)
+	h.create("other", "", false)
+	if _, created, err := h.s.CreateAccount(h.ctx, ledger.AccountSpec{ID: "ws-a", Parent: "org", Unmetered: true}, t0); created || err != nil {
+		h.t.Fatalf("re-create: created %v, %v", created, err)
+	}
+	want := map[core.AccountID][]core.AccountID{
+		"org": {"ws-a", "ws-b"}, "ws-a": {"agent-1", "agent-2"}, "ws-b": nil, "agent-1": nil, "other": nil,
+	}
+	for round := range 2 {
+		for id, w := range want {
+			got, err := h.s.Children(h.ctx, id)
+			if err != nil || !reflect.DeepEqual(got, w) {
+				h.t.Fatalf("round %d: children of %s = %v, %v; want %v", round, id, got, err, w)
+			}
+		}
+		_, err := h.s.Children(h.ctx, "nobody")
+		h.wantErr("children of an unknown account", err, ledger.ErrNotFound)
+		h.restart()
+	}
+}

@@ -48,6 +48,7 @@ var cases = []struct {
 	{"AdminDigestAndAudit", testAdminDigestAndAudit},
 	{"RestartKeepsEverything", testRestartKeepsEverything},
 	{"ForgetEvents", testForgetEvents},
+	{"Children", testChildren},
 	{"RandomSequences", testRandomSequences},
 }
 
