@@ -113,14 +113,8 @@ func TestDurableCheckAllocatesNothingWhenWarm(t *testing.T) {
 		AckDurable: true, AckQueue: 16}, 1<<16)
 	h.provision("acme", "key-acme", 1<<50)
 	h.s.SetCompleter(func(uint64, func(*fasthttp.Response)) {})
-	req, resp := fasthttp.AcquireRequest(), &fasthttp.Response{}
-	req.Header.SetMethod("POST")
-	req.SetRequestURI("/v1/check")
-	req.Header.Set("Authorization", "Bearer key-acme")
-	req.SetBodyString(chatBody)
+	r := reusedCheck()
 	now := t0
-	ticket := uint64(0)
-	r := &Request{Req: req, Resp: resp, Defer: func() uint64 { ticket++; return ticket }}
 	run := func() {
 		now += 2e6
 		r.Now = now

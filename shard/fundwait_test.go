@@ -7,30 +7,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/tollgated/tollgated/core"
-	"github.com/tollgated/tollgated/credential"
 )
-
-// unfunded installs account id with key and no lease: its first request is
-// refused for want of funding until a grant arrives.
-func (h *harness) unfunded(id core.AccountID, key string) {
-	h.t.Helper()
-	hs, _ := credential.NewHasher(testSecret)
-	d, _ := hs.Digest([]byte(key))
-	for _, m := range []Inbound{
-		{Kind: InInstall, Snap: testSnapshot(id)},
-		{Kind: InBind, Principal: d.Principal(), Digest: d, Account: id},
-		{Kind: InReady},
-	} {
-		h.in.Push(m)
-	}
-	h.s.Poll(t0)
-}
-
-func (h *harness) grant(id core.AccountID, token uint64, units core.CostUnits, now int64) {
-	h.t.Helper()
-	h.in.Push(Inbound{Kind: InGrant, Account: id, Token: token, Units: units, Until: t0 + 3600e9})
-	h.s.Poll(now)
-}
 
 // answer decodes a response the harness filled, or fails if it is still
 // waiting.
@@ -217,14 +194,10 @@ func TestWaitedCheckIsAcknowledgedOnceDurable(t *testing.T) {
 func TestNoWaitWithoutATransportThatDefers(t *testing.T) {
 	h := newHarness(t, 0, 1024)
 	h.unfunded("acme", "key-acme")
-	req, resp := fasthttp.AcquireRequest(), &fasthttp.Response{}
-	defer fasthttp.ReleaseRequest(req)
-	req.Header.SetMethod("POST")
-	req.SetRequestURI("/v1/check")
-	req.Header.Set("Authorization", "Bearer key-acme")
-	req.SetBodyString(chatBody)
-	h.s.Serve(&Request{Req: req, Resp: resp, Now: t0 + 1})
-	if resp.StatusCode() != 503 {
+	r := reusedCheck()
+	r.Defer, r.Now = nil, t0+1
+	h.s.Serve(r)
+	if resp := r.Resp; resp.StatusCode() != 503 {
 		t.Fatalf("%d %q", resp.StatusCode(), resp.Body())
 	}
 }
@@ -237,14 +210,8 @@ func TestWaitingAllocatesNothingWhenWarm(t *testing.T) {
 		answered.Header.Reset() // keeps the body buffer: what the transport pools is not the shard's cost
 		fill(answered)
 	})
-	req, resp := fasthttp.AcquireRequest(), &fasthttp.Response{}
-	req.Header.SetMethod("POST")
-	req.SetRequestURI("/v1/check")
-	req.Header.Set("Authorization", "Bearer key-acme")
-	req.SetBodyString(chatBody)
+	r := reusedCheck()
 	now := t0
-	ticket := uint64(0)
-	r := &Request{Req: req, Resp: resp, Defer: func() uint64 { ticket++; return ticket }}
 	token := uint64(0)
 	run := func() {
 		now += 2e6

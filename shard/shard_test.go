@@ -73,12 +73,22 @@ func testSnapshot(id core.AccountID) *core.Snapshot {
 // provision installs account id with key, funded by units, and marks ready.
 func (h *harness) provision(id core.AccountID, key string, units core.CostUnits) {
 	h.t.Helper()
+	h.unfunded(id, key)
+	h.grant(id, 1, units, t0)
+	if h.s.installErrors+h.s.grantErrors != 0 {
+		h.t.Fatalf("provisioning failed: %d install, %d grant errors", h.s.installErrors, h.s.grantErrors)
+	}
+}
+
+// unfunded installs account id with key and no lease, and marks ready: its
+// first request is refused for want of funding until a grant arrives.
+func (h *harness) unfunded(id core.AccountID, key string) {
+	h.t.Helper()
 	hs, _ := credential.NewHasher(testSecret)
 	d, _ := hs.Digest([]byte(key))
 	for _, m := range []Inbound{
 		{Kind: InInstall, Snap: testSnapshot(id)},
 		{Kind: InBind, Principal: d.Principal(), Digest: d, Account: id},
-		{Kind: InGrant, Account: id, Token: 1, Units: units, Until: t0 + 3600e9},
 		{Kind: InReady},
 	} {
 		if !h.in.Push(m) {
@@ -86,9 +96,27 @@ func (h *harness) provision(id core.AccountID, key string, units core.CostUnits)
 		}
 	}
 	h.s.Poll(t0)
-	if h.s.installErrors+h.s.grantErrors != 0 {
-		h.t.Fatalf("provisioning failed: %d install, %d grant errors", h.s.installErrors, h.s.grantErrors)
+}
+
+// grant delivers a lease slice of units to id, as the control plane does.
+func (h *harness) grant(id core.AccountID, token uint64, units core.CostUnits, now int64) {
+	h.t.Helper()
+	if !h.in.Push(Inbound{Kind: InGrant, Account: id, Token: token, Units: units, Until: t0 + 3600e9}) {
+		h.t.Fatal("inbox full")
 	}
+	h.s.Poll(now)
+}
+
+// reusedCheck is one /v1/check for key-acme that allocation tests serve
+// again and again; its Defer hands out a fresh ticket each time.
+func reusedCheck() *Request {
+	req := fasthttp.AcquireRequest()
+	req.Header.SetMethod("POST")
+	req.SetRequestURI("/v1/check")
+	req.Header.Set("Authorization", "Bearer key-acme")
+	req.SetBodyString(chatBody)
+	ticket := uint64(0)
+	return &Request{Req: req, Resp: &fasthttp.Response{}, Defer: func() uint64 { ticket++; return ticket }}
 }
 
 // do sends one request and returns status and decoded JSON body.

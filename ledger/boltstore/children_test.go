@@ -26,19 +26,7 @@ func TestFileFromBeforeTheChildrenIndexIsIndexedOnOpen(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s.Close()
-	db, err := bolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket(bucketChildren) }); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
-	if s, err = Open(path, Options{}); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s = reopenWithout(t, s, path, bucketChildren)
 	if err := s.Check(ctx); err != nil {
 		t.Fatal(err)
 	}

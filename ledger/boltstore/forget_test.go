@@ -32,21 +32,8 @@ func TestFileFromBeforeTheAgeIndexIsIndexedOnOpen(t *testing.T) {
 	if _, err := s.Ingest(ctx, events, t0); err != nil {
 		t.Fatal(err)
 	}
-	s.Close()
-	db, err := bolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket(bucketEventAge) }); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
-
 	opened := time.Now().UnixNano()
-	if s, err = Open(path, Options{}); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s = reopenWithout(t, s, path, bucketEventAge)
 	if err := s.Check(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -67,13 +54,7 @@ func TestFileFromBeforeTheAgeIndexIsIndexedOnOpen(t *testing.T) {
 // TestCheckFindsAnEventMissingFromTheAgeIndex shows the index check can fail.
 func TestCheckFindsAnEventMissingFromTheAgeIndex(t *testing.T) {
 	ctx := context.Background()
-	s := newStore(t, Options{})
-	if _, _, err := s.CreateAccount(ctx, ledger.AccountSpec{ID: "org"}, t0); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Ingest(ctx, []ledger.Usage{{ID: [16]byte{1}, Account: "org", Source: ledger.UsageOverage, Units: 1}}, t0); err != nil {
-		t.Fatal(err)
-	}
+	s := storeWithOneEvent(t)
 	err := s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketEventAge).Delete(eventAgeKey(t0, [16]byte{1})) })
 	if err != nil {
 		t.Fatal(err)
@@ -88,13 +69,7 @@ func TestCheckFindsAnEventMissingFromTheAgeIndex(t *testing.T) {
 // node runs them every second).
 func TestIdlePassesWriteNothing(t *testing.T) {
 	ctx := context.Background()
-	s := newStore(t, Options{})
-	if _, _, err := s.CreateAccount(ctx, ledger.AccountSpec{ID: "org"}, t0); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Ingest(ctx, []ledger.Usage{{ID: [16]byte{1}, Account: "org", Source: ledger.UsageOverage, Units: 1}}, t0); err != nil {
-		t.Fatal(err)
-	}
+	s := storeWithOneEvent(t)
 	txid := func() (id int) {
 		s.db.View(func(tx *bolt.Tx) error { id = tx.ID(); return nil })
 		return id
@@ -118,4 +93,39 @@ func TestIdlePassesWriteNothing(t *testing.T) {
 	if txid() == before {
 		t.Fatal("a pass with work committed nothing")
 	}
+}
+
+// storeWithOneEvent is a store holding account org and one ingested event
+// (id 1, at t0).
+func storeWithOneEvent(t *testing.T) *Store {
+	t.Helper()
+	ctx := context.Background()
+	s := newStore(t, Options{})
+	if _, _, err := s.CreateAccount(ctx, ledger.AccountSpec{ID: "org"}, t0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Ingest(ctx, []ledger.Usage{{ID: [16]byte{1}, Account: "org", Source: ledger.UsageOverage, Units: 1}}, t0); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// reopenWithout closes s, deletes bucket from its file as a build from
+// before that bucket would have left it, and opens the file again.
+func reopenWithout(t *testing.T, s *Store, path string, bucket []byte) *Store {
+	t.Helper()
+	s.Close()
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket(bucket) }); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	if s, err = Open(path, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }
