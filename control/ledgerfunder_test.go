@@ -347,3 +347,38 @@ func TestAnIdleAccountDoesNotChurnLeases(t *testing.T) {
 		t.Fatalf("an idle account took %d leases in 500 ms (released %d)", n, after.Released-before.Released)
 	}
 }
+
+// TestAQuoteAboveThePoolNearExpiryGrantsNothing: in a lease's renew window
+// a refill whose quote exceeds the lease's pool gets no units from it (a
+// successor is asked for instead); the pool never goes below zero.
+func TestAQuoteAboveThePoolNearExpiryGrantsNothing(t *testing.T) {
+	ln := newLedgerNode(t, 2, LeaseConfig{TTL: time.Minute})
+	ln.open("acme", "key-acme", 100_000)
+	deadline := time.Now().Add(5 * time.Second)
+	for { // let the prefunding call finish: no ledger call may be in flight
+		busy := true
+		ln.plane.Do(func() { busy = ln.funder.account("acme").busy })
+		if !busy {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("prefunding never finished")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	ln.plane.Do(func() {
+		f := ln.funder
+		now := ln.plane.cfg.Now()
+		fa := f.account("acme")
+		fa.cur = &nodeLease{id: 999, token: 999, granted: 1000, pool: 10, out: 990,
+			expires: now + int64(f.cfg.Renew) - int64(time.Second)}
+		g, err := f.Grant("acme", 100, 500, now)
+		if err != nil || g.Units != 0 {
+			t.Errorf("grant of a 500 quote from a pool of 10: %+v, %v", g, err)
+		}
+		if l := fa.cur; l != nil && l.token == 999 && (l.pool != 10 || l.out != 990) {
+			t.Errorf("lease after the refusal: pool %d, out %d", l.pool, l.out)
+		}
+		fa.cur = nil // not a real lease: keep it out of the rest of the run
+	})
+}
