@@ -64,6 +64,11 @@ func (l *Loop) Complete(d Deferred, fill func(resp *fasthttp.Response)) bool {
 	return true
 }
 
+// Pending reports whether d still names a request whose connection waits
+// for its answer: false once the connection closed or the loop answered
+// it (504). Call it on the loop thread.
+func (l *Loop) Pending(d Deferred) bool { return l.deferredConn(d) != nil }
+
 // deferredConn returns the connection waiting on d, or nil.
 func (l *Loop) deferredConn(d Deferred) *conn {
 	slot := uint64(d) >> seqBits

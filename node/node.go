@@ -275,6 +275,7 @@ func (r *runner) run(started chan<- error, log zerolog.Logger) {
 	r.s.SetCompleter(func(ticket uint64, fill func(*fasthttp.Response)) {
 		loop.Complete(httploop.Deferred(ticket), fill)
 	})
+	r.s.SetPending(func(ticket uint64) bool { return loop.Pending(httploop.Deferred(ticket)) })
 	started <- nil
 	if err := loop.Run(); err != nil {
 		log.Error().Int("shard", r.id).Err(err).Msg("shard loop failed")

@@ -152,10 +152,10 @@ func (s *Shard) runAdmit(r *Request, p core.Principal, oneShot bool, w *fundingW
 		}
 	} else {
 		var current bool
-		if a, current = w.body(ctx.Generation()); !current {
-			// The policy changed while the request waited: its operations
-			// and permission were resolved under the old one. Answer the
-			// refusal it waited on; the client's retry is decoded afresh.
+		if a, current = w.body(ctx.Snapshot()); !current {
+			// The policy changed, or the key now acts for another
+			// account: the body was resolved under another snapshot.
+			// Answer the refusal it waited on; a retry is decoded afresh.
 			s.Release()
 			s.writeDenial(r.Resp, core.Denial{Reason: w.reason})
 			return

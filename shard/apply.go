@@ -19,6 +19,11 @@ func (s *Shard) SetCompleter(c Completer) {
 	s.fillReply = s.writeReply // bound once: completing allocates nothing
 }
 
+// SetPending wires the transport's answer to "is this parked request's
+// client still waiting?", so a request waiting for funding whose client
+// has gone is dropped instead of being admitted and billed.
+func (s *Shard) SetPending(pending func(ticket uint64) bool) { s.pending = pending }
+
 // Poll applies every message waiting from the control plane, then ships
 // pending refill requests and retired leases. The shard's loop calls it when
 // the inbox doorbell rings and once per iteration; it returns how many

@@ -39,14 +39,18 @@ const (
 // fundingWaiter is one parked request: enough to run it again without its
 // body, which the connection does not keep.
 type fundingWaiter struct {
-	ticket     uint64 // 0: a free slot
-	deadline   int64
-	generation uint64 // of the snapshot its body was decoded under
-	account    core.AccountID
-	principal  core.Principal
-	reason     core.DenyReason // the refusal it waits out
-	oneShot    bool
-	due        bool // funding news for its account arrived
+	ticket   uint64 // 0: a free slot
+	deadline int64
+	// snap is the snapshot its body was decoded under: operation indices
+	// and permission bits mean something only under it. A generation is
+	// per account, so after a rebind to another account a generation
+	// match would read the body under a different price list.
+	snap      *core.Snapshot
+	account   core.AccountID
+	principal core.Principal
+	reason    core.DenyReason // the refusal it waits out
+	oneShot   bool
+	due       bool // funding news for its account arrived
 	// evidence is the account's funding evidence as of the last attempt:
 	// the control plane publishes a refusal there (balance exhausted)
 	// without a message, so a new version is news too.
@@ -58,10 +62,10 @@ type fundingWaiter struct {
 	work     [MaxWorkLines]core.WorkItem
 }
 
-// body returns the decoded body, if the account's snapshot is still the
-// generation it was decoded under.
-func (w *fundingWaiter) body(generation uint64) (admitBody, bool) {
-	if generation != w.generation {
+// body returns the decoded body, if the request's snapshot is still the
+// very snapshot it was decoded under (same account, same generation).
+func (w *fundingWaiter) body(snap *core.Snapshot) (admitBody, bool) {
+	if snap != w.snap {
 		return admitBody{}, false
 	}
 	return admitBody{work: w.work[:w.n], perms: w.perms, ttl: w.ttl}, true
@@ -126,6 +130,8 @@ func (s *Shard) waitForFunding(r *Request, p core.Principal, ctx *core.RequestCo
 			return false
 		}
 		again.due = false
+		// The cell may have been attached since the request parked.
+		again.evidence = s.engine.Evidence(ctx.Account())
 		again.seen = evidenceVersion(again.evidence)
 		s.waitKept = true
 		return true
@@ -136,7 +142,7 @@ func (s *Shard) waitForFunding(r *Request, p core.Principal, ctx *core.RequestCo
 		return false
 	}
 	ev := s.engine.Evidence(ctx.Account())
-	*w = fundingWaiter{ticket: r.Defer(), deadline: r.Now + s.cfg.FundingWait, generation: ctx.Generation(),
+	*w = fundingWaiter{ticket: r.Defer(), deadline: r.Now + s.cfg.FundingWait, snap: ctx.Snapshot(),
 		account: ctx.Account(), principal: p, reason: d.Reason, oneShot: oneShot, evidence: ev,
 		seen: evidenceVersion(ev), perms: a.perms, ttl: a.ttl}
 	w.n = copy(w.work[:], a.work)
@@ -153,6 +159,15 @@ func (s *Shard) runWaiters(now int64) {
 	kept := f.order[:0]
 	for _, i := range f.order {
 		w := &f.slots[i]
+		if s.pending != nil && !s.pending(w.ticket) {
+			// Its client is gone (closed, or answered 504 by the
+			// transport): running it now would bill work nobody waits
+			// for, and a client that retried elsewhere would pay twice.
+			s.waitsAbandoned++
+			*w = fundingWaiter{}
+			f.free = append(f.free, i)
+			continue
+		}
 		due := w.due || now >= w.deadline || evidenceVersion(w.evidence) != w.seen
 		if due && !s.runWaiter(w, now) {
 			*w = fundingWaiter{}

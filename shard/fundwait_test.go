@@ -7,6 +7,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/tollgated/tollgated/core"
+	"github.com/tollgated/tollgated/credential"
 )
 
 // answer decodes a response the harness filled, or fails if it is still
@@ -210,6 +211,7 @@ func TestWaitingAllocatesNothingWhenWarm(t *testing.T) {
 		answered.Header.Reset() // keeps the body buffer: what the transport pools is not the shard's cost
 		fill(answered)
 	})
+	h.s.SetPending(func(uint64) bool { return true })
 	r := reusedCheck()
 	now := t0
 	token := uint64(0)
@@ -234,5 +236,67 @@ func TestWaitingAllocatesNothingWhenWarm(t *testing.T) {
 	}
 	if a := testing.AllocsPerRun(1000, run); a != 0 {
 		t.Fatalf("waiting for funding allocates %v per request", a)
+	}
+}
+
+// TestRebindWhileWaitingIsRefusedNotBilledElsewhere: a key rebound to
+// another account while its request waits must not have the request run
+// under the other account's snapshot, whose generation may well be the
+// same number but whose operation indices mean other things.
+func TestRebindWhileWaitingIsRefusedNotBilledElsewhere(t *testing.T) {
+	h := newHarness(t, 0, 1024)
+	h.unfunded("acme", "key-acme")
+	globex := testSnapshot("globex")
+	globex.Costs.Classes = []core.OpClass{{Name: "images", Weight: 100}, {Name: "input_tokens", Weight: 1}}
+	hs, _ := credential.NewHasher(testSecret)
+	d, _ := hs.Digest([]byte("key-acme"))
+	_, _, resp := h.do("POST", "/v1/check", "key-acme", chatBody)
+	h.in.Push(Inbound{Kind: InInstall, Snap: globex})
+	h.in.Push(Inbound{Kind: InBind, Principal: d.Principal(), Digest: d, Account: "globex"})
+	h.grant("globex", 1, 1_000_000, t0+2)
+	h.s.Poll(t0 + 1 + DefaultFundingWait)
+	st, body := h.answer(resp)
+	if st != 503 || body["code"] != "lease-unavailable" {
+		t.Fatalf("after the rebind: %d %v", st, body)
+	}
+	for _, m := range h.drainOut() {
+		if m.Kind == OutUsage {
+			t.Fatalf("billed %d units to %s for a body decoded under acme", m.Usage.Units, m.Usage.Account())
+		}
+	}
+}
+
+// TestWaiterWhoseClientLeftIsDroppedUnbilled: when the transport says the
+// client is gone, the waiter is dropped, not admitted and billed.
+func TestWaiterWhoseClientLeftIsDroppedUnbilled(t *testing.T) {
+	h := newHarness(t, 0, 1024)
+	h.unfunded("acme", "key-acme")
+	h.do("POST", "/v1/check", "key-acme", chatBody)
+	for ticket := range h.parked {
+		delete(h.parked, ticket) // the connection closed
+	}
+	h.grant("acme", 1, 100_000, t0+2)
+	if h.s.engine.Counters().Admitted != 0 || h.s.waitsAbandoned != 1 || len(h.s.waits.order) != 0 {
+		t.Fatalf("admitted %d, abandoned %d, waiting %d", h.s.engine.Counters().Admitted, h.s.waitsAbandoned, len(h.s.waits.order))
+	}
+}
+
+// TestEvidenceAttachedWhileWaitingIsWatched: a request parked before its
+// account had an evidence cell still hears the refusal published on the
+// cell attached later.
+func TestEvidenceAttachedWhileWaitingIsWatched(t *testing.T) {
+	h := newHarness(t, 0, 1024)
+	h.unfunded("acme", "key-acme")
+	_, _, resp := h.do("POST", "/v1/check", "key-acme", chatBody)
+	cell := new(core.EvidenceCell)
+	h.in.Push(Inbound{Kind: InEvidence, Account: "acme", Evidence: cell})
+	h.s.Poll(t0 + 2) // runs it again: still unfunded, waits on
+	if len(h.parked) != 1 {
+		t.Fatal("answered without funding")
+	}
+	cell.Store(core.FundingEvidence{Remaining: 0, PeriodEnd: t0 + 3600e9})
+	h.s.Poll(t0 + 3)
+	if st, body := h.answer(resp); st != 402 || body["code"] != "balance-exhausted" {
+		t.Fatalf("after the evidence: %d %v", st, body)
 	}
 }

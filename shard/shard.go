@@ -92,7 +92,8 @@ type Shard struct {
 	replyOp   Op
 
 	installErrors, grantErrors, lostReplies, droppedRefills uint64
-	waited, waitsFull, waitsExpired                         uint64
+	waited, waitsFull, waitsExpired, waitsAbandoned         uint64
+	pending                                                 func(ticket uint64) bool
 	pub                                                     publishedStats
 }
 

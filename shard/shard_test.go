@@ -56,6 +56,7 @@ func newHarnessWith(t testing.TB, cfg Config, outCap int) *harness {
 			delete(h.parked, ticket)
 		}
 	})
+	s.SetPending(func(ticket uint64) bool { return h.parked[ticket] != nil })
 	return h
 }
 

@@ -20,8 +20,9 @@ type Stats struct {
 	// counts every request that waited, FundingWaitsExpired those still
 	// refused at their deadline, FundingWaitsFull those refused at once
 	// because the table was full.
-	FundingWaiting                                      int
-	FundingWaits, FundingWaitsExpired, FundingWaitsFull uint64
+	// FundingWaitsAbandoned those dropped because their client had gone.
+	FundingWaiting                                                             int
+	FundingWaits, FundingWaitsExpired, FundingWaitsFull, FundingWaitsAbandoned uint64
 }
 
 type publishedStats struct {
@@ -35,7 +36,7 @@ func (s *Shard) PublishStats() {
 	st := Stats{Engine: s.engine.Counters(), InFlight: s.engine.InFlight(), LostUsage: s.lostUsage,
 		LostReplies: s.lostReplies, ParkedAcks: int(s.acks.tail - s.acks.head),
 		FundingWaiting: len(s.waits.order), FundingWaits: s.waited, FundingWaitsExpired: s.waitsExpired,
-		FundingWaitsFull: s.waitsFull}
+		FundingWaitsFull: s.waitsFull, FundingWaitsAbandoned: s.waitsAbandoned}
 	s.pub.mu.Lock()
 	s.pub.s = st
 	s.pub.mu.Unlock()

@@ -27,7 +27,7 @@ var (
 	descInFlight   = desc("reservations_in_flight", "Reservations held now, per shard.", "shard")
 	descParked     = desc("answers_waiting_for_durability", "Answers held until their usage is on disk, per shard.", "shard")
 	descWaiting    = desc("requests_waiting_for_funding", "Requests waiting for their shard's next lease slice, per shard.", "shard")
-	descWaits      = desc("funding_waits_total", "Requests that waited for funding, by how the wait ended: expired (still refused at the deadline), full (no room to wait: refused at once), or waited (all that waited).", "outcome")
+	descWaits      = desc("funding_waits_total", "Requests that waited for funding, by how the wait ended: expired (still refused at the deadline), full (no room to wait: refused at once), abandoned (the client left first: dropped unbilled), or waited (all that waited).", "outcome")
 	descRing       = desc("ring_depth", "Messages waiting in a ring, per shard and direction.", "shard", "direction")
 	descLeases     = desc("lease_operations_total", "Ledger lease operations by the control plane.", "operation")
 	descUsage      = desc("usage_exported_total", "Usage events exported to the ledger, by result.", "result")
@@ -50,7 +50,7 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	var denials [core.NumDenyReasons]uint64
 	var outcomes [6]uint64
 	var billed core.CostUnits
-	var waits [3]uint64
+	var waits [4]uint64
 	for i, s := range d.node.ShardStats() {
 		shard := strconv.Itoa(i)
 		e := &s.Engine
@@ -61,6 +61,7 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		waits[0] += s.FundingWaits
 		waits[1] += s.FundingWaitsExpired
 		waits[2] += s.FundingWaitsFull
+		waits[3] += s.FundingWaitsAbandoned
 		for r, n := range e.Denials {
 			denials[r] += n
 		}
@@ -76,7 +77,7 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(ch, descOutcomes, float64(outcomes[j]), name)
 	}
 	counter(ch, descBilled, float64(billed))
-	for j, name := range [...]string{"waited", "expired", "full"} {
+	for j, name := range [...]string{"waited", "expired", "full", "abandoned"} {
 		counter(ch, descWaits, float64(waits[j]), name)
 	}
 	for i, s := range d.node.Stats() {
