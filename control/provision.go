@@ -226,15 +226,6 @@ func (v *Provisioner) MaintainOnce() (rolled int, err error) {
 			break
 		}
 	}
-	for range forgetBatches {
-		n, err := v.store.ForgetEvents(ctx, now-int64(v.EventRetention), forgetBatch)
-		if err != nil {
-			return rolled, err
-		}
-		if n < forgetBatch {
-			break
-		}
-	}
 	for {
 		n, err := v.store.Rollover(ctx, now, 256)
 		if err != nil {
@@ -254,9 +245,30 @@ func (v *Provisioner) MaintainOnce() (rolled int, err error) {
 		for i, a := range all {
 			ids[i] = a.ID
 		}
-		return rolled, v.refreshEvidence(ctx, ids)
+		if err := v.refreshEvidence(ctx, ids); err != nil {
+			return rolled, err
+		}
 	}
-	return rolled, nil
+	// Last: forgetting is housekeeping, and a slow catch-up must not hold
+	// back a budget's rollover.
+	return rolled, v.forgetEvents(ctx, now)
+}
+
+// forgetEvents drops the event ids ingested more than EventRetention ago
+// (DefaultEventRetention if unset: forgetting everything would end
+// duplicate detection).
+func (v *Provisioner) forgetEvents(ctx context.Context, now int64) error {
+	retention := v.EventRetention
+	if retention <= 0 {
+		retention = DefaultEventRetention
+	}
+	for range forgetBatches {
+		n, err := v.store.ForgetEvents(ctx, now-int64(retention), forgetBatch)
+		if err != nil || n < forgetBatch {
+			return err
+		}
+	}
+	return nil
 }
 
 func indexAccounts(all []ledger.Account) map[core.AccountID]*ledger.Account {

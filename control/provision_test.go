@@ -20,6 +20,14 @@ func TestMaintenanceForgetsEventIDsAfterTheRetention(t *testing.T) {
 	if _, err := ln.store.Ingest(ctx, post, ingestedAt); err != nil {
 		t.Fatal(err)
 	}
+	prov.EventRetention = 0 // unset: the default, not "forget everything"
+	prov.Now = func() int64 { return ingestedAt + int64(time.Hour) + 1 }
+	if _, err := prov.MaintainOnce(); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := ln.store.Ingest(ctx, post, ingestedAt+int64(time.Hour)); err != nil || res[0] != ledger.Duplicate {
+		t.Fatalf("with the retention unset, an hour-old id was forgotten: %v %v", res, err)
+	}
 	prov.EventRetention = time.Hour
 	for _, c := range []struct {
 		at   int64

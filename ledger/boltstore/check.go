@@ -82,19 +82,23 @@ func (s *Store) Check(ctx context.Context) error {
 // event id exactly once and nothing else.
 func checkEventAges(x *txn) error {
 	seen := x.bucket(bucketEvents)
-	indexed := 0
+	indexed := make(map[[16]byte]bool)
 	err := x.bucket(bucketEventAge).ForEach(func(k, _ []byte) error {
 		if len(k) != 8+16 || seen.Get(k[8:]) == nil {
 			return fmt.Errorf("%w: event-age entry %x names no remembered event", ErrCorrupt, k)
 		}
-		indexed++
+		id := [16]byte(k[8:])
+		if indexed[id] {
+			return fmt.Errorf("%w: event %x is in the event-age index twice", ErrCorrupt, id)
+		}
+		indexed[id] = true
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	if n := seen.Stats().KeyN; n != indexed {
-		return fmt.Errorf("%w: event-age index has %d entries for %d remembered events", ErrCorrupt, indexed, n)
+	if n := seen.Stats().KeyN; n != len(indexed) {
+		return fmt.Errorf("%w: event-age index has %d entries for %d remembered events", ErrCorrupt, len(indexed), n)
 	}
 	return nil
 }

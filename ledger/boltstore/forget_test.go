@@ -110,8 +110,8 @@ func storeWithOneEvent(t *testing.T) *Store {
 	return s
 }
 
-// reopenWithout closes s, deletes bucket from its file as a build from
-// before that bucket would have left it, and opens the file again.
+// reopenWithout closes s, turns its file into what a schema-1 build would
+// have left (without bucket, marked schema 1), and opens it again.
 func reopenWithout(t *testing.T, s *Store, path string, bucket []byte) *Store {
 	t.Helper()
 	s.Close()
@@ -119,7 +119,13 @@ func reopenWithout(t *testing.T, s *Store, path string, bucket []byte) *Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket(bucket) }); err != nil {
+	err = db.Update(func(tx *bolt.Tx) error {
+		if err := tx.DeleteBucket(bucket); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketMeta).Put(metaSchema, u64Key(1))
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	db.Close()
@@ -128,4 +134,50 @@ func reopenWithout(t *testing.T, s *Store, path string, bucket []byte) *Store {
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// TestSchemaIsUpgradedOnceAndNewerIsRefused: opening a schema-1 file marks
+// it schema 2; a file of a schema this build does not know is refused.
+func TestSchemaIsUpgradedOnceAndNewerIsRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = reopenWithout(t, s, path, bucketChildren)
+	schema := func() (v []byte) {
+		s.db.View(func(tx *bolt.Tx) error { v = tx.Bucket(bucketMeta).Get(metaSchema); return nil })
+		return v
+	}
+	if string(schema()) != string(u64Key(schemaVersion)) {
+		t.Fatalf("schema after the upgrade: %x", schema())
+	}
+	s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put(metaSchema, u64Key(schemaVersion+1)) })
+	s.Close()
+	if _, err := Open(path, Options{}); err == nil {
+		t.Fatal("opened a file of a newer schema")
+	}
+}
+
+// TestCheckFindsAnEventIndexedTwice: one id indexed twice and another not
+// at all keeps the counts equal; Check must still see it.
+func TestCheckFindsAnEventIndexedTwice(t *testing.T) {
+	ctx := context.Background()
+	s := storeWithOneEvent(t)
+	if _, err := s.Ingest(ctx, []ledger.Usage{{ID: [16]byte{2}, Account: "org", Source: ledger.UsageOverage, Units: 1}}, t0); err != nil {
+		t.Fatal(err)
+	}
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketEventAge)
+		if err := b.Delete(eventAgeKey(t0, [16]byte{2})); err != nil {
+			return err
+		}
+		return b.Put(eventAgeKey(t0+1, [16]byte{1}), nil)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Check(ctx); err == nil {
+		t.Fatal("Check passed with an id indexed twice and another missing")
+	}
 }

@@ -79,8 +79,27 @@ var (
 	metaAdmin  = []byte("admin")
 )
 
-// schemaVersion is the layout above; Open refuses a file of another one.
-const schemaVersion = 1
+// schemaVersion is the layout above; Open upgrades a file of schema 1 (no
+// children or event-age index) in the transaction that opens it, and
+// refuses any other. The bump matters: a build of schema 1 refuses a file
+// of schema 2 instead of writing accounts and events its indexes miss.
+const schemaVersion = 2
+
+// migrateFrom1 builds the indexes schema 2 added. A schema-1 file kept no
+// ingest times, so its event ids count as ingested at now.
+func migrateFrom1(tx *bolt.Tx, now int64) error {
+	if tx.Bucket(bucketChildren) == nil {
+		if err := indexChildren(tx); err != nil {
+			return err
+		}
+	}
+	if tx.Bucket(bucketEventAge) == nil {
+		if err := indexEventAges(tx, now); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // OpenTimeout is how long Open waits for the file lock: bbolt allows one
 // process per file, and a second opener should fail fast and clearly, not
@@ -129,32 +148,25 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		if tx.Bucket(bucketChildren) == nil && tx.Bucket(bucketAccounts) != nil {
-			// A file from before the children index.
-			if err := indexChildren(tx); err != nil {
-				return err
-			}
+		var schema []byte
+		if meta := tx.Bucket(bucketMeta); meta != nil {
+			schema = meta.Get(metaSchema)
 		}
-		if tx.Bucket(bucketEventAge) == nil && tx.Bucket(bucketEvents) != nil {
-			// A file from before ForgetEvents: its ids' ingest times were
-			// not kept, so they count as ingested now.
-			if err := indexEventAges(tx, time.Now().UnixNano()); err != nil {
-				return err
+		switch {
+		case schema == nil: // a new file
+		case string(schema) == string(u64Key(1)):
+			if err := migrateFrom1(tx, time.Now().UnixNano()); err != nil {
+				return fmt.Errorf("boltstore: %s: upgrading schema 1: %w", path, err)
 			}
+		case string(schema) != string(u64Key(schemaVersion)):
+			return fmt.Errorf("boltstore: %s has schema %x, this build reads %d", path, schema, schemaVersion)
 		}
 		for _, name := range allBuckets {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
 		}
-		meta := tx.Bucket(bucketMeta)
-		switch v := meta.Get(metaSchema); {
-		case v == nil:
-			return meta.Put(metaSchema, u64Key(schemaVersion))
-		case len(v) != 8 || string(v) != string(u64Key(schemaVersion)):
-			return fmt.Errorf("boltstore: %s has schema %x, this build reads %d", path, v, schemaVersion)
-		}
-		return nil
+		return tx.Bucket(bucketMeta).Put(metaSchema, u64Key(schemaVersion))
 	})
 	if err != nil {
 		db.Close()
