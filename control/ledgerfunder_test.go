@@ -382,3 +382,33 @@ func TestAQuoteAboveThePoolNearExpiryGrantsNothing(t *testing.T) {
 		fa.cur = nil // not a real lease: keep it out of the rest of the run
 	})
 }
+
+// TestAnIdleAccountsLeaseIsHandedBack: after one request, an account that
+// sees no more traffic stops renewing its node lease: within a few
+// lifetimes it holds none, and the plane stops taking new ones for it.
+func TestAnIdleAccountsLeaseIsHandedBack(t *testing.T) {
+	ln := newLedgerNode(t, 2, LeaseConfig{TTL: 300 * time.Millisecond})
+	ln.open("acme", "key-acme", 100_000)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if st, _ := ln.check(0, "key-acme", 1); st == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("never admitted")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	stats := func() (s FundingStats, holds bool) {
+		ln.plane.Do(func() { s, holds = ln.funder.stats, ln.funder.accounts["acme"].cur != nil })
+		return s, holds
+	}
+	time.Sleep(1500 * time.Millisecond) // five lifetimes
+	before, _ := stats()
+	time.Sleep(600 * time.Millisecond) // two more
+	after, holds := stats()
+	t.Logf("after 1.5 s idle: %+v; 0.6 s later: %+v, holding a lease: %v", before, after, holds)
+	if after.Acquired+after.Consolidated != before.Acquired+before.Consolidated || holds {
+		t.Fatalf("an idle account keeps renewing its lease")
+	}
+}
