@@ -126,10 +126,5 @@ func TestDurableCheckAllocatesNothingWhenWarm(t *testing.T) {
 			t.Fatal("answer not released")
 		}
 	}
-	for range 100 {
-		run()
-	}
-	if a := testing.AllocsPerRun(1000, run); a != 0 {
-		t.Fatalf("durable /v1/check allocates %v per request", a)
-	}
+	requireNoAllocsWhenWarm(t, "durable /v1/check", run)
 }

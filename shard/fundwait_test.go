@@ -231,12 +231,7 @@ func TestWaitingAllocatesNothingWhenWarm(t *testing.T) {
 			t.Fatalf("still waiting after its grant, or refused: %d", answered.StatusCode())
 		}
 	}
-	for range 100 {
-		run()
-	}
-	if a := testing.AllocsPerRun(1000, run); a != 0 {
-		t.Fatalf("waiting for funding allocates %v per request", a)
-	}
+	requireNoAllocsWhenWarm(t, "waiting for funding", run)
 }
 
 // TestRebindWhileWaitingIsRefusedNotBilledElsewhere: a key rebound to

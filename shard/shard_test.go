@@ -402,12 +402,7 @@ func TestCheckAllocatesNothingWhenWarm(t *testing.T) {
 		}
 		h.out.Ring().Pop()
 	}
-	for range 100 {
-		run()
-	}
-	if a := testing.AllocsPerRun(1000, run); a != 0 {
-		t.Fatalf("/v1/check allocates %v per request", a)
-	}
+	requireNoAllocsWhenWarm(t, "/v1/check", run)
 }
 
 // TestDeadlinesThroughTheAPI: a reservation left pending past its ttl_ms
@@ -440,5 +435,17 @@ func TestDeadlinesThroughTheAPI(t *testing.T) {
 	l, _ := h.s.engine.Lease("acme")
 	if b := l.Balance(); b.Held != 0 || b.Billed != 70 || !b.Conserved() {
 		t.Fatalf("lease after expiry: %+v", b)
+	}
+}
+
+// requireNoAllocsWhenWarm runs run 100 times, so every pool and cache is
+// warm, then fails t if it still allocates.
+func requireNoAllocsWhenWarm(t *testing.T, what string, run func()) {
+	t.Helper()
+	for range 100 {
+		run()
+	}
+	if a := testing.AllocsPerRun(1000, run); a != 0 {
+		t.Fatalf("%s allocates %v per request", what, a)
 	}
 }
