@@ -22,6 +22,8 @@ import (
 // A waiting request holds no reservation, no usage slot and no room in the
 // acknowledgement queue: only a copy of its decoded body in a fixed table.
 // When the table is full, requests are refused at once, as without waits.
+// A waiter whose client has gone (SetPending says so) is dropped unrun, and
+// one whose key now resolves to another snapshot is refused, not re-read.
 // The engine counts a refusal per attempt, so its lease-* denial counters
 // include refusals that later waited and were admitted.
 
