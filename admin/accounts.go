@@ -30,6 +30,15 @@ func (s *Server) loadAccount(r *http.Request, id core.AccountID) (ledger.Account
 	return a, nil
 }
 
+// pathAccount loads the account the request's path names.
+func (s *Server) pathAccount(r *http.Request) (ledger.Account, error) {
+	id, err := accountID(r)
+	if err != nil {
+		return ledger.Account{}, err
+	}
+	return s.loadAccount(r, id)
+}
+
 type createAccountRequest struct {
 	ID        string  `json:"id"`
 	Parent    *string `json:"parent"`
@@ -93,11 +102,7 @@ func (s *Server) createAccount(w http.ResponseWriter, r *http.Request) error {
 
 // getAccount: GET /v1/accounts/{id}.
 func (s *Server) getAccount(w http.ResponseWriter, r *http.Request) error {
-	id, err := accountID(r)
-	if err != nil {
-		return err
-	}
-	a, err := s.loadAccount(r, id)
+	a, err := s.pathAccount(r)
 	if err != nil {
 		return err
 	}

@@ -104,13 +104,11 @@ func keyTarget(id core.AccountID, keyID string) string { return string(id) + "/k
 
 // listKeys: GET /v1/accounts/{id}/keys, oldest first, without secrets.
 func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) error {
-	id, err := accountID(r)
+	a, err := s.pathAccount(r)
 	if err != nil {
 		return err
 	}
-	if _, err := s.loadAccount(r, id); err != nil {
-		return err
-	}
+	id := a.ID
 	keys, err := s.store.Keys(r.Context(), id)
 	if err != nil {
 		return ledgerError(err, unknownAccount(id))

@@ -50,11 +50,7 @@ func describePolicy(a *ledger.Account) policyResponse {
 
 // getPolicy: GET /v1/accounts/{id}/policy.
 func (s *Server) getPolicy(w http.ResponseWriter, r *http.Request) error {
-	id, err := accountID(r)
-	if err != nil {
-		return err
-	}
-	a, err := s.loadAccount(r, id)
+	a, err := s.pathAccount(r)
 	if err != nil {
 		return err
 	}
