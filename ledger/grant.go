@@ -1,9 +1,9 @@
 package ledger
 
 import (
-	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/tollgated/tollgated/core"
 )
@@ -64,8 +64,9 @@ func GrantSize(limit, want, need core.CostUnits) core.CostUnits {
 }
 
 // EvidenceOf is what the ledger attests about the leaf of chain: the
-// tightest scope's Balance + Outstanding (an upper bound on what the leaf
-// can still spend, units already leased included), that scope, its
+// tightest scope's Balance + Outstanding − Overage, at least 0 (an upper
+// bound on what the leaf can still spend, units already leased included,
+// debt paid first), that scope, its
 // PeriodEnd (0 without a period) and its budget Period. Ties go to the
 // scope closest to the leaf.
 func EvidenceOf(chain []*Account) (Evidence, error) {
@@ -82,6 +83,10 @@ func EvidenceOf(chain []*Account) (Evidence, error) {
 		if err != nil {
 			return Evidence{}, err
 		}
+		// A debt is paid from the units still out in leases before any of
+		// them may be spent again (a release repays it first), so what the
+		// scope can spend is what it holds less what it owes.
+		r -= min(r, a.Overage)
 		if i == 0 || r < ev.Remaining {
 			ev = Evidence{Remaining: r, Scope: a.Scope, PeriodEnd: a.PeriodEnd, Period: a.Budget.Period}
 		}
@@ -101,8 +106,8 @@ func ValidateGrant(want core.CostUnits, ttl, now int64) error {
 }
 
 // Acquire decides and applies a grant of up to want units (need when the
-// chain can fund it; see GrantSize) to the leaf an[0], usable for ttl from
-// now, as lease id. want == 0, ttl <= 0 or an expiry past the end of time
+// chain can fund it; see GrantSize) to the leaf an[0], held by holder and
+// usable for ttl from now, as lease id. want == 0, ttl <= 0 or an expiry past the end of time
 // is ErrInvalid.
 //
 // First every chain account is rolled over to now, so no grant spends an
@@ -114,7 +119,7 @@ func ValidateGrant(want core.CostUnits, ttl, now int64) error {
 // Otherwise every chain account pays the grant, allowance first, and holds
 // it as Outstanding; the lease takes the leaf's next fencing token. The
 // evidence is computed after the transition, for grants and refusals.
-func Acquire(an Ancestry, id uint64, want, need core.CostUnits, ttl, now int64) (LeaseRecord, Evidence, error) {
+func Acquire(an Ancestry, id uint64, holder string, want, need core.CostUnits, ttl, now int64) (LeaseRecord, Evidence, error) {
 	if err := ValidateGrant(want, ttl, now); err != nil {
 		return LeaseRecord{}, Evidence{}, err
 	}
@@ -159,7 +164,7 @@ func Acquire(an Ancestry, id uint64, want, need core.CostUnits, ttl, now int64) 
 		}
 		n[0].NextToken++
 		rec = LeaseRecord{
-			Lease: Lease{ID: id, Account: leaf.ID, Token: token, Granted: g,
+			Lease: Lease{ID: id, Account: leaf.ID, Holder: holder, Token: token, Granted: g,
 				State: LeaseActive, GrantedAt: now, ExpiresAt: now + ttl},
 			Funding: make([]Funding, len(chain)),
 		}
@@ -177,48 +182,106 @@ func Acquire(an Ancestry, id uint64, want, need core.CostUnits, ttl, now int64) 
 	return rec, ev, nil
 }
 
-// Consolidate releases rec (crediting unspent; see Release) and grants its
-// replacement to the same account (see Acquire) as one transition over the
-// accounts of an, the ancestry of rec's account; the new lease is id.
+// ValidateExtend refuses extension arguments no extension accepts
+// (ErrInvalid): a ttl that is not positive or an expiry past the end of
+// time. want may be zero: an extension that only moves the expiry.
+func ValidateExtend(ttl, now int64) error {
+	if ttl <= 0 || now > math.MaxInt64-ttl {
+		return fmt.Errorf("%w: ttl %d at %d", ErrInvalid, ttl, now)
+	}
+	return nil
+}
+
+// Extend grows the active lease rec (fencing token token) by up to want
+// more units — need when the chain can fund it, see GrantSize; nothing
+// when it can fund nothing, which is not an error — and moves its expiry
+// to now+ttl; an is the ancestry of rec's account. It is how a busy holder
+// keeps one lease for as long as it is busy, one transaction per renewal,
+// instead of acquiring and releasing a lease each time.
 //
-// The new grant is decided after the credit, so a consolidation can grow to
-// need. If the new grant is refused, the release still happens and the
-// refusal is returned with the evidence: returning unspent units is right
-// whatever becomes of the replacement, and the holder must stop using the
-// old lease either way. Any other error changes nothing, release included.
-func Consolidate(rec *LeaseRecord, an Ancestry, token uint64, unspent, want, need core.CostUnits, ttl, now int64, id uint64) (LeaseRecord, Evidence, error) {
-	if err := ValidateGrant(want, ttl, now); err != nil {
-		return LeaseRecord{}, Evidence{}, err
+// Every chain account is rolled over to now first. If one of them moved to
+// a new budget period since the lease was granted, the answer is
+// ErrPeriodEnded and nothing changes: allowance of two periods must not
+// mix in one lease (a release returns a lease's allowance only to the
+// period it came from), so the holder acquires a successor instead. A
+// suspended or closed chain is a *Refusal{RefusedInactive} and changes
+// nothing. The evidence is computed after the transition.
+func Extend(rec *LeaseRecord, an Ancestry, token uint64, want, need core.CostUnits, ttl, now int64) (Evidence, error) {
+	if err := ValidateExtend(ttl, now); err != nil {
+		return Evidence{}, err
 	}
 	if err := an.Validate(); err != nil {
-		return LeaseRecord{}, Evidence{}, err
+		return Evidence{}, err
 	}
 	if an[0].ID != rec.Account {
-		return LeaseRecord{}, Evidence{}, fmt.Errorf("%w: lease %d belongs to %s, not %s", ErrInvalid, rec.ID, rec.Account, an[0].ID)
+		return Evidence{}, fmt.Errorf("%w: lease %d belongs to %s, not %s", ErrInvalid, rec.ID, rec.Account, an[0].ID)
+	}
+	if rec.State != LeaseActive {
+		return Evidence{}, fmt.Errorf("%w: lease %d", ErrLeaseNotActive, rec.ID)
+	}
+	if token != rec.Token {
+		return Evidence{}, fmt.Errorf("%w: lease %d has token %d, not %d", ErrFenced, rec.ID, rec.Token, token)
 	}
 	funders, err := FundersIn(rec, an)
 	if err != nil {
-		return LeaseRecord{}, Evidence{}, err
+		return Evidence{}, err
 	}
-	saved := make([]Account, len(an))
-	for i, a := range an {
-		saved[i] = *a
+	if err := matchFunders(rec, funders); err != nil {
+		return Evidence{}, err
 	}
-	savedLease := rec.Lease
-	if err := Release(rec, funders, token, unspent, now); err != nil {
-		return LeaseRecord{}, Evidence{}, err
-	}
-	next, ev, err := Acquire(an, id, want, need, ttl, now)
-	if err != nil {
-		if _, refused := errors.AsType[*Refusal](err); !refused {
-			for i, a := range an {
-				*a = saved[i]
+	var ev Evidence
+	funding := slices.Clone(rec.Funding)
+	var granted core.CostUnits
+	err = transact(funders, func(n []Account) error {
+		chain := make([]*Account, len(n))
+		for i := range n {
+			if _, err := RollOver(&n[i], now); err != nil {
+				return err
 			}
-			rec.Lease = savedLease
+			if n[i].PeriodStart != funding[i].PeriodStart {
+				return fmt.Errorf("%w: %s is in the period from %d, lease %d was funded in the one from %d",
+					ErrPeriodEnded, n[i].ID, n[i].PeriodStart, rec.ID, funding[i].PeriodStart)
+			}
+			chain[i] = &n[i]
 		}
-		return LeaseRecord{}, ev, err
+		var err error
+		if ev, err = EvidenceOf(chain); err != nil {
+			return err
+		}
+		if in := an.Inactive(); in != nil {
+			return &Refusal{Reason: RefusedInactive, Account: in.ID, Evidence: ev}
+		}
+		if want > 0 {
+			limit, _, err := Capacity(chain)
+			if err != nil {
+				return err
+			}
+			granted = GrantSize(limit, want, need)
+		}
+		for i, a := range chain {
+			f, err := debit(a, granted)
+			if err != nil {
+				return err
+			}
+			if funding[i].Allowance, err = funding[i].Allowance.Add(f.Allowance); err != nil {
+				return err
+			}
+			if funding[i].TopUp, err = funding[i].TopUp.Add(f.TopUp); err != nil {
+				return err
+			}
+		}
+		ev, err = EvidenceOf(chain)
+		return err
+	})
+	if err != nil {
+		return ev, err
 	}
-	return next, ev, nil
+	total, err := rec.Granted.Add(granted)
+	if err != nil {
+		return ev, err
+	}
+	rec.Granted, rec.ExpiresAt, rec.Funding = total, now+ttl, funding
+	return ev, nil
 }
 
 // debit takes g from a, allowance first, and holds it as Outstanding.

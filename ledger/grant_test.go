@@ -66,12 +66,12 @@ func TestAcquireDebitsEveryFunderAllowanceFirst(t *testing.T) {
 		}
 	}
 	an := Ancestry{agent, ws, org}
-	rec, ev, err := Acquire(an, 7, 150, 0, 60e9, t0)
+	rec, ev, err := Acquire(an, 7, "node-a", 150, 0, 60e9, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := LeaseRecord{
-		Lease: Lease{ID: 7, Account: "agent", Token: 1, Granted: 150, State: LeaseActive, GrantedAt: t0, ExpiresAt: t0 + 60e9},
+		Lease: Lease{ID: 7, Account: "agent", Holder: "node-a", Token: 1, Granted: 150, State: LeaseActive, GrantedAt: t0, ExpiresAt: t0 + 60e9},
 		Funding: []Funding{
 			{Account: "agent", TopUp: 150},
 			{Account: "org", Allowance: 100, TopUp: 50, PeriodStart: utc(2026, 3, 10, 0, 0)},
@@ -90,7 +90,7 @@ func TestAcquireDebitsEveryFunderAllowanceFirst(t *testing.T) {
 		t.Fatalf("evidence %+v", ev)
 	}
 	// Near exhaustion the agent (250 left) halves a request for 200.
-	rec, _, err = Acquire(an, 8, 200, 0, 60e9, t0)
+	rec, _, err = Acquire(an, 8, "node-a", 200, 0, 60e9, t0)
 	if err != nil || rec.Granted != 125 || rec.Token != 2 {
 		t.Fatalf("second grant %+v, %v", rec, err)
 	}
@@ -101,7 +101,7 @@ func TestAcquireForAnUnmeteredLeaf(t *testing.T) {
 	if err := TopUp(org, 10); err != nil {
 		t.Fatal(err)
 	}
-	rec, ev, err := Acquire(Ancestry{ws, org}, 1, 4, 0, 1, t0)
+	rec, ev, err := Acquire(Ancestry{ws, org}, 1, "node-a", 4, 0, 1, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +129,7 @@ func TestAcquireRefusalsChangeNothing(t *testing.T) {
 		ttl  int64
 		now  int64
 	}{{0, 1, t0}, {1, 0, t0}, {1, -1, t0}, {1, 2, 1<<63 - 2}} {
-		if _, _, err := Acquire(an, 1, c.want, 0, c.ttl, c.now); !errors.Is(err, ErrInvalid) {
+		if _, _, err := Acquire(an, 1, "node-a", c.want, 0, c.ttl, c.now); !errors.Is(err, ErrInvalid) {
 			t.Errorf("want %d ttl %d at %d: %v", c.want, c.ttl, c.now, err)
 		}
 	}
@@ -143,7 +143,7 @@ func TestAcquireRefusalsChangeNothing(t *testing.T) {
 
 	ws.Status = core.StatusSuspended
 	before[1] = *ws
-	_, ev, err := Acquire(an, 1, 10, 0, 1, t0)
+	_, ev, err := Acquire(an, 1, "node-a", 10, 0, 1, t0)
 	r, ok := errors.AsType[*Refusal](err)
 	if !ok || r.Reason != RefusedInactive || r.Account != "ws" || r.Evidence != ev || ev.Remaining != 50 || ev.Scope != core.ScopeAgent {
 		t.Fatalf("inactive workspace: %v (%+v)", err, ev)
@@ -155,7 +155,7 @@ func TestAcquireRefusalsChangeNothing(t *testing.T) {
 	// The org's allowance is spent; the agent still has 50.
 	org.AllowanceLeft, org.Settled = 0, 100
 	before[2] = *org
-	_, ev, err = Acquire(an, 1, 10, 0, 1, t0)
+	_, ev, err = Acquire(an, 1, "node-a", 10, 0, 1, t0)
 	if r, ok = errors.AsType[*Refusal](err); !ok || r.Reason != RefusedExhausted || r.Account != "org" {
 		t.Fatalf("exhausted org: %v", err)
 	}
@@ -165,7 +165,7 @@ func TestAcquireRefusalsChangeNothing(t *testing.T) {
 	unchanged()
 	// A refusal rolls nothing over for good, but its evidence does see the
 	// new period: after midnight the org has a fresh allowance.
-	rec, ev, err := Acquire(an, 1, 10, 0, 1, utc(2026, 3, 11, 0, 0))
+	rec, ev, err := Acquire(an, 1, "node-a", 10, 0, 1, utc(2026, 3, 11, 0, 0))
 	if err != nil || rec.Granted != 10 || rec.Funding[1] != (Funding{Account: "org", Allowance: 10, PeriodStart: utc(2026, 3, 11, 0, 0)}) {
 		t.Fatalf("after midnight: %+v, %v", rec, err)
 	}
@@ -175,64 +175,54 @@ func TestAcquireRefusalsChangeNothing(t *testing.T) {
 	}
 }
 
-func TestConsolidateGrowsToNeedOrReleasesOnRefusal(t *testing.T) {
+func TestExtendGrowsTheSameLease(t *testing.T) {
 	org, ws, _ := family(t)
 	if err := TopUp(org, 100); err != nil {
 		t.Fatal(err)
 	}
-	an := Ancestry{ws, org}                      // the workspace is unmetered: only the org pays
-	old, _, err := Acquire(an, 1, 60, 0, 10, t0) // 100 < 120: half of 100
-	if err != nil || old.Granted != 50 {
-		t.Fatalf("first grant %+v %v", old, err)
+	an := Ancestry{ws, org}                                // the workspace is unmetered: only the org pays
+	rec, _, err := Acquire(an, 1, "node-a", 30, 0, 10, t0) // 100 >= 60: all of it
+	if err != nil || rec.Granted != 30 {
+		t.Fatalf("first grant %+v %v", rec, err)
 	}
-	old.Used = 10
-	org.Outstanding, org.Settled = 40, 10 // as ingest would have done
-	// Return 40 and ask for 90: after the credit 90 is left, need 90 fits.
-	next, ev, err := Consolidate(&old, an, 1, 40, 60, 90, 10, t0+1, 2)
-	if err != nil {
-		t.Fatal(err)
+	ev, err := Extend(&rec, an, 1, 60, 0, 20, t0+1) // 70 < 120: half of 70
+	if err != nil || rec.Granted != 65 || rec.ExpiresAt != t0+21 || rec.Token != 1 || rec.Funding[0].TopUp != 65 {
+		t.Fatalf("extended %+v, %v", rec, err)
 	}
-	if next.Granted != 90 || next.Token != 2 || next.ID != 2 || old.State != LeaseReleased || old.Credited != 40 {
-		t.Fatalf("next %+v, old %+v", next, old)
-	}
-	wantMoney(t, org, money{Deposited: 100, Outstanding: 90, Settled: 10})
-	if ev.Remaining != 90 {
+	wantMoney(t, org, money{Deposited: 100, TopUpLeft: 35, Outstanding: 65})
+	if ev.Remaining != 100 {
 		t.Fatalf("evidence %+v", ev)
 	}
-
-	// A fenced consolidation changes nothing.
+	// A fenced extension changes nothing.
 	before := *org
-	if _, _, err := Consolidate(&next, an, 1, 0, 10, 0, 10, t0+2, 3); !errors.Is(err, ErrFenced) || next.State != LeaseActive || !reflect.DeepEqual(*org, before) {
-		t.Fatalf("fenced: %v, %+v", err, next)
+	if _, err := Extend(&rec, an, 2, 10, 0, 10, t0+2); !errors.Is(err, ErrFenced) || rec.Granted != 65 || !reflect.DeepEqual(*org, before) {
+		t.Fatalf("fenced: %v, %+v", err, rec)
 	}
-	// A refused replacement still releases.
+	// A suspended chain is refused and keeps the old expiry.
 	org.Status = core.StatusSuspended
-	_, _, err = Consolidate(&next, an, 2, 90, 10, 0, 10, t0+2, 3)
-	if r, ok := errors.AsType[*Refusal](err); !ok || r.Reason != RefusedInactive || r.Account != "org" {
-		t.Fatalf("refused: %v", err)
+	_, err = Extend(&rec, an, 1, 10, 0, 10, t0+2)
+	if r, ok := errors.AsType[*Refusal](err); !ok || r.Reason != RefusedInactive || r.Account != "org" || rec.ExpiresAt != t0+21 {
+		t.Fatalf("refused: %v, %+v", err, rec)
 	}
-	if next.State != LeaseReleased || ws.NextToken != 3 {
-		t.Fatalf("refused consolidation: lease %+v, next token %d", next, ws.NextToken)
-	}
-	wantMoney(t, org, money{Deposited: 100, TopUpLeft: 90, Settled: 10})
 }
 
-func TestConsolidateErrorAfterReleaseRestores(t *testing.T) {
+func TestExtendErrorChangesNothing(t *testing.T) {
 	org, ws, _ := family(t)
 	if err := TopUp(org, 100); err != nil {
 		t.Fatal(err)
 	}
-	an := Ancestry{ws, org} // the workspace is unmetered: only the org pays
-	old, _, err := Acquire(an, 1, 10, 0, 10, t0)
+	an := Ancestry{ws, org}
+	rec, _, err := Acquire(an, 1, "node-a", 10, 0, 10, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ws.NextToken = ^uint64(0) // the next grant cannot take a token
-	before := []Account{*ws, *org}
-	if _, _, err := Consolidate(&old, an, 1, 10, 10, 0, 10, t0, 2); !errors.Is(err, ErrOverflow) {
+	saved, before := rec, []Account{*ws, *org}
+	org.Outstanding = core.MaxCostUnits // the debit cannot be held
+	before[1] = *org
+	if _, err := Extend(&rec, an, 1, 10, 0, 10, t0); !errors.Is(err, ErrOverflow) {
 		t.Fatalf("err %v", err)
 	}
-	if old.State != LeaseActive || !reflect.DeepEqual([]Account{*ws, *org}, before) {
-		t.Fatalf("failed consolidation changed state: %+v", old)
+	if !reflect.DeepEqual(rec, saved) || !reflect.DeepEqual([]Account{*ws, *org}, before) {
+		t.Fatalf("failed extension changed state: %+v", rec)
 	}
 }

@@ -65,13 +65,18 @@ type Account struct {
 
 	// Money, in units. See the package comment for the equation.
 	Deposited     core.CostUnits // top-ups plus every allowance ever granted
-	Overage       core.CostUnits // usage billed beyond funding (elastic, post-paid)
+	Overage       core.CostUnits // debt: usage billed beyond funding (elastic, post-paid) not yet repaid
 	AllowanceLeft core.CostUnits // this period's allowance not yet leased or spent
 	TopUpLeft     core.CostUnits // top-ups not yet leased or spent
 	Outstanding   core.CostUnits // granted to active leases, not yet settled or returned
 	Settled       core.CostUnits // billed usage
 	Loss          core.CostUnits // forfeited by ended leases (reclaimed, or released with a gap); late usage turns it into Settled
 	Expired       core.CostUnits // allowance left over at a period's end
+	// Repaid counts overage that funds arriving later (deposits, new
+	// allowances, units a release credits) paid off. It is history, not a
+	// term of L1: repaying moves units from the arriving funds to Overage's
+	// reduction, so Overage + Repaid is every unit ever billed unfunded.
+	Repaid core.CostUnits
 
 	PeriodStart, PeriodEnd int64 // current budget period; both 0 when PeriodNone
 	NextToken              uint64
@@ -96,6 +101,13 @@ func (a *Account) Conserved() error {
 		return fmt.Errorf("%w: account %s: deposited %d + overage %d != balance %d+%d + outstanding %d + settled %d + loss %d + expired %d",
 			ErrNotConserved, a.ID, a.Deposited, a.Overage, a.AllowanceLeft, a.TopUpLeft, a.Outstanding, a.Settled, a.Loss, a.Expired)
 	}
+	// Funds that arrive repay debt first (see Repay), so an account in
+	// debt has no balance: a balance beside a debt would admit work the
+	// debt should stop.
+	if a.Overage > 0 && (a.AllowanceLeft > 0 || a.TopUpLeft > 0) {
+		return fmt.Errorf("%w: account %s owes overage %d but holds balance %d+%d",
+			ErrNotConserved, a.ID, a.Overage, a.AllowanceLeft, a.TopUpLeft)
+	}
 	return nil
 }
 
@@ -113,6 +125,7 @@ const (
 type Lease struct {
 	ID        uint64 // unique in the store
 	Account   core.AccountID
+	Holder    string // the node that holds it (its --node-id): after a crash it alone may release it
 	Token     uint64 // fencing token: strictly increasing per account, from 1
 	Granted   core.CostUnits
 	Used      core.CostUnits // usage settled against it
@@ -226,12 +239,18 @@ type Store interface {
 	// and changes nothing.
 	Deposit(ctx context.Context, id core.AccountID, units core.CostUnits, key string, now int64) (acct Account, dup bool, err error)
 
-	// Acquire grants a new lease of up to want units (at least need when
-	// the balance can fund it), usable for ttl. A refusal is a *Refusal.
-	Acquire(ctx context.Context, id core.AccountID, want, need core.CostUnits, ttl, now int64) (Lease, Evidence, error)
-	// Consolidate releases lease (crediting unspent) and grants its
-	// replacement in one transaction.
-	Consolidate(ctx context.Context, leaseID, token uint64, unspent, want, need core.CostUnits, ttl, now int64) (Lease, Evidence, error)
+	// Acquire grants holder a new lease of up to want units (at least need
+	// when the balance can fund it), usable for ttl. A refusal is a
+	// *Refusal.
+	Acquire(ctx context.Context, id core.AccountID, holder string, want, need core.CostUnits, ttl, now int64) (Lease, Evidence, error)
+	// Extend grows an active lease by up to want more units (need when the
+	// balance can fund it; none when it cannot, which is not an error) and
+	// moves its expiry to now+ttl, in one transaction: a busy holder keeps
+	// one lease for as long as it is busy. It returns the lease as it now
+	// is. A suspended or closed chain is a *Refusal{RefusedInactive} and
+	// changes nothing; a lease whose funders moved to a new budget period
+	// since its grant is ErrPeriodEnded (acquire a successor instead).
+	Extend(ctx context.Context, leaseID, token uint64, want, need core.CostUnits, ttl, now int64) (Lease, Evidence, error)
 	// Release credits unspent (≤ Granted − Used) and ends the lease.
 	Release(ctx context.Context, leaseID, token uint64, unspent core.CostUnits, now int64) error
 	// Reclaim ends up to limit active leases past ExpiresAt+grace, oldest
@@ -282,5 +301,6 @@ var (
 	ErrLeaseNotActive = errors.New("ledger: lease is not active")
 	ErrFenced         = errors.New("ledger: fencing token does not match the lease")
 	ErrNotConserved   = errors.New("ledger: units not conserved")
+	ErrPeriodEnded    = errors.New("ledger: the lease's budget period has ended")
 	ErrOverflow       = core.ErrCostOverflow
 )

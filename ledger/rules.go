@@ -227,8 +227,30 @@ func TopUp(a *Account, units core.CostUnits) error {
 		return err
 	}
 	return transact([]*Account{a}, func(n []Account) error {
-		return addAll(units, &n[0].TopUpLeft, &n[0].Deposited)
+		if err := addAll(units, &n[0].Deposited); err != nil {
+			return err
+		}
+		return Repay(&n[0], &n[0].TopUpLeft, units)
 	})
+}
+
+// Repay adds units arriving into the balance field to (AllowanceLeft or
+// TopUpLeft), after paying off as much of a's debt (Overage) as they can:
+// an account that ran post-paid or elastic usage past its funding pays for
+// it out of the next funds it receives — a deposit, a new period's
+// allowance, units a released lease gives back — before any of them can be
+// spent again. L1 holds: of the units arriving, r repay debt (Overage, on
+// the left of L1, shrinks by r) and the rest reach the field (on the right),
+// so both sides move by the same amount as without a debt, less r.
+func Repay(a *Account, field *core.CostUnits, units core.CostUnits) error {
+	r := min(units, a.Overage)
+	if err := subFrom(&a.Overage, r); err != nil {
+		return err
+	}
+	if err := addAll(r, &a.Repaid); err != nil {
+		return err
+	}
+	return addAll(units-r, field)
 }
 
 // Ancestry is an account and its ancestors, leaf first, root last.
@@ -328,14 +350,14 @@ func expireAllowance(a *Account) error {
 }
 
 // depositAllowance deposits one allowance into an account whose allowance
-// left is zero.
+// left is zero; it repays debt first (Repay).
 func depositAllowance(a *Account) error {
 	d, err := a.Deposited.Add(a.Budget.Allowance)
 	if err != nil {
 		return err
 	}
-	a.Deposited, a.AllowanceLeft = d, a.Budget.Allowance
-	return nil
+	a.Deposited = d
+	return Repay(a, &a.AllowanceLeft, a.Budget.Allowance)
 }
 
 // addAll adds units to every field, checked; on error some fields may have

@@ -74,21 +74,16 @@ func TestRandomRuleSequencesConserve(t *testing.T) {
 			},
 			"acquire": func(t *rapid.T) {
 				a := pickAccount.Draw(t, "account")
-				rec, _, err := Acquire(ancestry[a.ID], uint64(len(leases)+1), units.Draw(t, "want"), units.Draw(t, "need"), 1+int64(units.Draw(t, "ttl")), now)
+				rec, _, err := Acquire(ancestry[a.ID], uint64(len(leases)+1), "node-a", units.Draw(t, "want"), units.Draw(t, "need"), 1+int64(units.Draw(t, "ttl")), now)
 				expected(err, ErrInvalid)
 				if err == nil {
 					leases = append(leases, &rec)
 				}
 			},
-			"consolidate": func(t *rapid.T) {
+			"extend": func(t *rapid.T) {
 				rec := pickLease(t)
-				rem := rec.Granted - rec.Used
-				unspent := core.CostUnits(rapid.Uint64Range(0, uint64(rem)+1).Draw(t, "unspent"))
-				next, _, err := Consolidate(rec, ancestry[rec.Account], rec.Token, unspent, units.Draw(t, "want"), units.Draw(t, "need"), 10, now, uint64(len(leases)+1))
-				expected(err, ErrInvalid, ErrLeaseNotActive)
-				if err == nil {
-					leases = append(leases, &next)
-				}
+				_, err := Extend(rec, ancestry[rec.Account], rec.Token, units.Draw(t, "want"), units.Draw(t, "need"), 10, now)
+				expected(err, ErrInvalid, ErrLeaseNotActive, ErrPeriodEnded)
 			},
 			"release": func(t *rapid.T) {
 				rec := pickLease(t)
@@ -111,7 +106,7 @@ func TestRandomRuleSequencesConserve(t *testing.T) {
 			},
 			"overage": func(t *rapid.T) {
 				a := pickAccount.Draw(t, "account")
-				expected(SettleOverage(ancestry[a.ID].Chain(), units.Draw(t, "units")), ErrInvalid)
+				expected(SettleOverage(ancestry[a.ID].Chain(), units.Draw(t, "units"), now), ErrInvalid)
 			},
 			"post-paid": func(t *rapid.T) {
 				a := pickAccount.Draw(t, "account")

@@ -11,7 +11,7 @@ import (
 // the account named by rec.Funding[i].
 //
 // For each funder, Outstanding drops by Granted − Used, and:
-//   - unspent comes back allowance part first. The lease's usage is counted
+//   - unspent comes back allowance part first, repaying debt first (Repay). The lease's usage is counted
 //     against its allowance part first, so the allowance part still unspent
 //     is Allowance − min(Used, Allowance). It returns to AllowanceLeft if the
 //     funder is still in the period the lease was granted in (after rolling
@@ -56,13 +56,13 @@ func Release(rec *LeaseRecord, funders []*Account, token uint64, unspent core.Co
 			if a.Budget.Period != PeriodNone && a.PeriodStart == f.PeriodStart && a.AllowanceLeft < a.Budget.Allowance {
 				back = min(toAllowance, a.Budget.Allowance-a.AllowanceLeft)
 			}
-			if err := addAll(back, &a.AllowanceLeft); err != nil {
+			if err := Repay(a, &a.AllowanceLeft, back); err != nil {
 				return err
 			}
 			if err := addAll(toAllowance-back, &a.Expired); err != nil {
 				return err
 			}
-			if err := addAll(unspent-toAllowance, &a.TopUpLeft); err != nil {
+			if err := Repay(a, &a.TopUpLeft, unspent-toAllowance); err != nil {
 				return err
 			}
 			if err := addAll(gap, &a.Loss); err != nil {
@@ -161,25 +161,18 @@ func SettleLease(rec *LeaseRecord, funders []*Account, u *Usage) (accepted bool,
 	return true, nil
 }
 
-// SettleOverage bills units of elastic overage (admitted beyond the lease)
-// to every account of chain: Overage and Settled both grow by units.
-func SettleOverage(chain []*Account, units core.CostUnits) error {
-	if units == 0 {
-		return fmt.Errorf("%w: usage without units", ErrInvalid)
-	}
-	return transact(chain, func(n []Account) error {
-		for i := range n {
-			if err := addAll(units, &n[i].Overage, &n[i].Settled); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+// SettleOverage bills units of elastic overage — admitted beyond the
+// lease that funded nothing of it — to every account of chain, as
+// SettlePostPaid does: the work ran, so each account pays what its balance
+// covers and owes the rest.
+func SettleOverage(chain []*Account, units core.CostUnits, now int64) error {
+	return SettlePostPaid(chain, units, now)
 }
 
 // SettlePostPaid bills units reported after the fact to every account of
 // chain: each (rolled over to now) pays what its Balance covers, allowance
-// first, and the rest is Overage; Settled grows by units.
+// first, and the rest is Overage (debt, which the next funds to arrive
+// repay); Settled grows by units.
 func SettlePostPaid(chain []*Account, units core.CostUnits, now int64) error {
 	if units == 0 {
 		return fmt.Errorf("%w: usage without units", ErrInvalid)

@@ -19,7 +19,7 @@ func funded(t *testing.T) (*Account, *LeaseRecord) {
 	if err := TopUp(org, 400); err != nil {
 		t.Fatal(err)
 	}
-	rec, _, err := Acquire(Ancestry{ws, org}, 1, 300, 300, 60e9, t0) // need keeps it from halving
+	rec, _, err := Acquire(Ancestry{ws, org}, 1, "node-a", 300, 300, 60e9, t0) // need keeps it from halving
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,33 +165,34 @@ func TestOverageAndPostPaidChargeTheWholeChain(t *testing.T) {
 		t.Fatal(err)
 	}
 	chain := Ancestry{agent, ws, org}.Chain()
-	if err := SettleOverage(chain, 7); err != nil {
+	if err := SettleOverage(chain, 7, t0); err != nil {
 		t.Fatal(err)
 	}
-	wantMoney(t, agent, money{Deposited: 100, Overage: 7, TopUpLeft: 100, Settled: 7})
-	wantMoney(t, org, money{Deposited: 15, Overage: 7, AllowanceLeft: 10, TopUpLeft: 5, Settled: 7})
+	// Elastic overage is paid from each balance first, like post-paid.
+	wantMoney(t, agent, money{Deposited: 100, TopUpLeft: 93, Settled: 7})
+	wantMoney(t, org, money{Deposited: 15, AllowanceLeft: 3, TopUpLeft: 5, Settled: 7})
 	if err := SettlePostPaid(chain, 20, t0); err != nil {
 		t.Fatal(err)
 	}
-	// The agent covers 20 from top-ups; the org 10 allowance + 5 top-up, 5 over.
-	wantMoney(t, agent, money{Deposited: 100, Overage: 7, TopUpLeft: 80, Settled: 27})
+	// The agent covers 20 from top-ups; the org 3 allowance + 5 top-up, 12 over.
+	wantMoney(t, agent, money{Deposited: 100, TopUpLeft: 73, Settled: 27})
 	wantMoney(t, org, money{Deposited: 15, Overage: 12, Settled: 27})
-	// Post-paid after midnight is paid from the new day's allowance.
+	// After midnight the new allowance repays the debt first: 10 of 12.
 	if err := SettlePostPaid(chain, 4, utc(2026, 3, 11, 1, 0)); err != nil {
 		t.Fatal(err)
 	}
-	wantMoney(t, org, money{Deposited: 25, Overage: 12, AllowanceLeft: 6, Settled: 31})
+	wantMoney(t, org, money{Deposited: 25, Overage: 6, Settled: 31})
 	for _, f := range []func() error{
-		func() error { return SettleOverage(chain, 0) },
+		func() error { return SettleOverage(chain, 0, t0) },
 		func() error { return SettlePostPaid(chain, 0, t0) },
 	} {
 		if err := f(); !errors.Is(err, ErrInvalid) {
 			t.Errorf("zero units: %v", err)
 		}
 	}
-	// Overage that would overflow Deposited + Overage changes nothing.
+	// Overage that would overflow Settled changes nothing.
 	before := []Account{*agent, *org}
-	if err := SettleOverage(chain, core.MaxCostUnits-50); !errors.Is(err, ErrOverflow) {
+	if err := SettleOverage(chain, core.MaxCostUnits-30, t0); !errors.Is(err, ErrOverflow) {
 		t.Fatalf("overflow: %v", err)
 	}
 	if !reflect.DeepEqual([]Account{*agent, *org}, before) {

@@ -46,7 +46,7 @@ func BenchmarkAcquire(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, _, err := s.Acquire(ctx, "agent", 100, 0, 60e9, t0); err != nil {
+		if _, _, err := s.Acquire(ctx, "agent", "node-a", 100, 0, 60e9, t0); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -57,7 +57,7 @@ func BenchmarkRelease(b *testing.B) {
 	ctx := context.Background()
 	var leases []ledger.Lease
 	for range b.N {
-		l, _, err := s.Acquire(ctx, "agent", 100, 0, 60e9, t0)
+		l, _, err := s.Acquire(ctx, "agent", "node-a", 100, 0, 60e9, t0)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -77,7 +77,7 @@ func BenchmarkRelease(b *testing.B) {
 func BenchmarkIngest256(b *testing.B) {
 	s := benchStore(b)
 	ctx := context.Background()
-	l, _, err := s.Acquire(ctx, "agent", 1<<40, 1<<40, 1<<60, t0)
+	l, _, err := s.Acquire(ctx, "agent", "node-a", 1<<40, 1<<40, 1<<60, t0)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -22,7 +22,7 @@ func tamperedStore(t *testing.T, f func(tx *bolt.Tx) error) *Store {
 	if _, err := s.SetBudget(ctx, "org", ledger.Budget{Allowance: 50, Period: ledger.PeriodDay}, t0); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.Acquire(ctx, "org", 20, 0, 60e9, t0); err != nil {
+	if _, _, err := s.Acquire(ctx, "org", "node-a", 20, 0, 60e9, t0); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Check(ctx); err != nil {

@@ -1,6 +1,7 @@
 package boltstore
 
-// Record encoding. Every value starts with a format byte (recordV1), then
+// Record encoding. Every value starts with a format byte (recordV1, or
+// recordV2 for accounts and leases, which schema 3 gave a field each), then
 // its fields in a fixed order: unsigned integers (units, ids, tokens,
 // generations, small enums) as uvarints, times as zigzag varints, strings
 // as a uvarint length and the bytes, optional byte slices as length+1 (0
@@ -22,14 +23,23 @@ import (
 	"github.com/tollgated/tollgated/ledger"
 )
 
-const recordV1 = 1
+// Record formats. A decoder reads every format up to the newest; an
+// encoder writes the newest its record has.
+const (
+	recordV1 = 1
+	recordV2 = 2 // accounts: + Repaid; leases: + Holder
+)
 
 // ErrCorrupt reports a stored record that does not decode.
 var ErrCorrupt = errors.New("boltstore: corrupt record")
 
 type encoder struct{ b []byte }
 
-func newEncoder(size int) *encoder { return &encoder{b: append(make([]byte, 0, size), recordV1)} }
+func newEncoder(size int) *encoder { return newEncoderV(size, recordV1) }
+
+func newEncoderV(size int, format byte) *encoder {
+	return &encoder{b: append(make([]byte, 0, size), format)}
+}
 
 func (e *encoder) uint(v uint64)          { e.b = binary.AppendUvarint(e.b, v) }
 func (e *encoder) int(v int64)            { e.b = binary.AppendVarint(e.b, v) }
@@ -58,17 +68,21 @@ func (e *encoder) digest(d [32]byte) { e.b = append(e.b, d[:]...) }
 // decoder reads what encoder wrote; the first error sticks and every later
 // read returns zero values, so decode functions check err once at the end.
 type decoder struct {
-	b   []byte
-	err error
+	b      []byte
+	err    error
+	format byte
 }
 
-func newDecoder(what string, v []byte) *decoder {
+// newDecoder reads a record of format recordV1 up to newest.
+func newDecoder(what string, v []byte) *decoder { return newDecoderUpTo(what, v, recordV1) }
+
+func newDecoderUpTo(what string, v []byte, newest byte) *decoder {
 	d := &decoder{b: v}
-	if len(v) == 0 || v[0] != recordV1 {
+	if len(v) == 0 || v[0] < recordV1 || v[0] > newest {
 		d.fail("%s: unknown record format", what)
 		return d
 	}
-	d.b = v[1:]
+	d.format, d.b = v[0], v[1:]
 	return d
 }
 
@@ -160,7 +174,7 @@ func (d *decoder) done() error {
 }
 
 func encodeAccount(a *ledger.Account) []byte {
-	e := newEncoder(48 + len(a.Parent) + len(a.Policy))
+	e := newEncoderV(48+len(a.Parent)+len(a.Policy), recordV2)
 	e.string(string(a.Parent))
 	e.uint(uint64(a.Capacity))
 	e.bool(a.Unmetered)
@@ -176,11 +190,12 @@ func encodeAccount(a *ledger.Account) []byte {
 	e.int(a.PeriodStart)
 	e.int(a.PeriodEnd)
 	e.uint(a.NextToken)
+	e.units(a.Repaid)
 	return e.b
 }
 
 func decodeAccount(id []byte, v []byte) (ledger.Account, error) {
-	d := newDecoder("account", v)
+	d := newDecoderUpTo("account", v, recordV2)
 	a := ledger.Account{AccountSpec: ledger.AccountSpec{ID: core.AccountID(id)}}
 	a.Parent = core.AccountID(d.string())
 	a.Capacity = core.CapacityClass(d.small(uint64(core.CapacityBestEffort) + 1))
@@ -197,6 +212,9 @@ func decodeAccount(id []byte, v []byte) (ledger.Account, error) {
 	a.PeriodStart = d.int()
 	a.PeriodEnd = d.int()
 	a.NextToken = d.uint()
+	if d.format >= recordV2 {
+		a.Repaid = d.units()
+	}
 	if err := d.done(); err != nil {
 		return ledger.Account{}, fmt.Errorf("account %q: %w", id, err)
 	}
@@ -204,7 +222,7 @@ func decodeAccount(id []byte, v []byte) (ledger.Account, error) {
 }
 
 func encodeLease(rec *ledger.LeaseRecord) []byte {
-	e := newEncoder(32 + len(rec.Account) + 24*len(rec.Funding))
+	e := newEncoderV(32+len(rec.Account)+len(rec.Holder)+24*len(rec.Funding), recordV2)
 	e.string(string(rec.Account))
 	e.uint(rec.Token)
 	e.units(rec.Granted)
@@ -220,11 +238,12 @@ func encodeLease(rec *ledger.LeaseRecord) []byte {
 		e.units(f.TopUp)
 		e.int(f.PeriodStart)
 	}
+	e.string(rec.Holder)
 	return e.b
 }
 
 func decodeLease(id uint64, v []byte) (ledger.LeaseRecord, error) {
-	d := newDecoder("lease", v)
+	d := newDecoderUpTo("lease", v, recordV2)
 	rec := ledger.LeaseRecord{Lease: ledger.Lease{ID: id}}
 	rec.Account = core.AccountID(d.string())
 	rec.Token = d.uint()
@@ -242,6 +261,9 @@ func decodeLease(id uint64, v []byte) (ledger.LeaseRecord, error) {
 		rec.Funding = append(rec.Funding, ledger.Funding{
 			Account: core.AccountID(d.string()), Allowance: d.units(), TopUp: d.units(), PeriodStart: d.int(),
 		})
+	}
+	if d.format >= recordV2 {
+		rec.Holder = d.string()
 	}
 	if err := d.done(); err != nil {
 		return ledger.LeaseRecord{}, fmt.Errorf("lease %d: %w", id, err)

@@ -92,7 +92,7 @@ func TestCorruptRecordsAreRefused(t *testing.T) {
 	}
 	for name, v := range map[string][]byte{
 		"empty":          nil,
-		"unknown format": append([]byte{2}, good[1:]...),
+		"unknown format": append([]byte{3}, good[1:]...),
 		"truncated":      good[:len(good)-1],
 		"trailing":       append(bytes.Clone(good), 0),
 	} {

@@ -8,6 +8,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/ledger"
 )
 
@@ -179,5 +180,51 @@ func TestCheckFindsAnEventIndexedTwice(t *testing.T) {
 	}
 	if err := s.Check(ctx); err == nil {
 		t.Fatal("Check passed with an id indexed twice and another missing")
+	}
+}
+
+// TestSchema2DebtIsRepaidOnUpgrade: schema 2 let an account owe overage
+// while it held a balance; opening such a file repays the debt from the
+// balance, so L1's new clause holds for every account afterwards.
+func TestSchema2DebtIsRepaidOnUpgrade(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What a schema-2 build wrote: a V1 record owing 30 beside a balance of 50.
+	old := ledger.Account{AccountSpec: ledger.AccountSpec{ID: "org"}, Scope: core.ScopeOrg, PolicyGeneration: 1, NextToken: 1,
+		Deposited: 100, Overage: 30, TopUpLeft: 50, Settled: 80}
+	v := encodeAccount(&old)
+	v = v[:len(v)-1] // drop Repaid (0: one byte)
+	v[0] = recordV1
+	err = db.Update(func(tx *bolt.Tx) error {
+		if err := tx.Bucket(bucketAccounts).Put([]byte("org"), v); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketMeta).Put(metaSchema, u64Key(2))
+	})
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err = Open(path, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	a, err := s.Account(context.Background(), "org")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Overage != 0 || a.TopUpLeft != 20 || a.Repaid != 30 || a.Conserved() != nil {
+		t.Fatalf("after the upgrade: %+v", a)
+	}
+	if err := s.Check(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }

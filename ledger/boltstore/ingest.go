@@ -87,7 +87,7 @@ func (x *txn) ingest(e *ledger.Usage, now int64) (ledger.IngestResult, error) {
 			return ledger.Rejected, err
 		}
 	case ledger.UsageOverage:
-		if err := ledger.SettleOverage(an.Chain(), e.Units); err != nil {
+		if err := ledger.SettleOverage(an.Chain(), e.Units, now); err != nil {
 			return 0, err
 		}
 	case ledger.UsagePostPaid:

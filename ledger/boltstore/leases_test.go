@@ -19,11 +19,11 @@ func TestReclaimAtTheEdgesOfTime(t *testing.T) {
 	if _, _, err := s.Deposit(ctx, "org", 1000, "d", t0); err != nil {
 		t.Fatal(err)
 	}
-	early, _, err := s.Acquire(ctx, "org", 1, 0, 1, math.MinInt64) // expires at MinInt64+1
+	early, _, err := s.Acquire(ctx, "org", "node-a", 1, 0, 1, math.MinInt64) // expires at MinInt64+1
 	if err != nil {
 		t.Fatal(err)
 	}
-	late, _, err := s.Acquire(ctx, "org", 1, 0, 1, math.MaxInt64-1) // expires at MaxInt64
+	late, _, err := s.Acquire(ctx, "org", "node-a", 1, 0, 1, math.MaxInt64-1) // expires at MaxInt64
 	if err != nil {
 		t.Fatal(err)
 	}

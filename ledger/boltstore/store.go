@@ -30,6 +30,7 @@
 package boltstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -80,10 +81,56 @@ var (
 )
 
 // schemaVersion is the layout above; Open upgrades a file of schema 1 (no
-// children or event-age index) in the transaction that opens it, and
-// refuses any other. The bump matters: a build of schema 1 refuses a file
-// of schema 2 instead of writing accounts and events its indexes miss.
-const schemaVersion = 2
+// children or event-age index) or 2 (accounts without Repaid, leases
+// without Holder, and debts beside balances) in the transaction that opens
+// it, and refuses any other. The bump matters: a build of an older schema
+// refuses a newer file instead of writing records its rules would break.
+const schemaVersion = 3
+
+// migrateFrom2 settles the debts schema 2 let stand beside a balance:
+// schema 3 repays overage from arriving funds first (ledger.Repay), and
+// L1 now refuses an account that owes while holding a balance.
+func migrateFrom2(tx *bolt.Tx) error {
+	b := tx.Bucket(bucketAccounts)
+	type change struct {
+		id []byte
+		v  []byte
+	}
+	var changes []change
+	err := b.ForEach(func(k, v []byte) error {
+		a, err := decodeAccount(k, v)
+		if err != nil {
+			return err
+		}
+		if a.Overage == 0 || a.Balance() == 0 {
+			return nil
+		}
+		fromTopUp := min(a.Overage, a.TopUpLeft)
+		a.TopUpLeft -= fromTopUp
+		if err := ledger.Repay(&a, &a.TopUpLeft, fromTopUp); err != nil {
+			return err
+		}
+		fromAllowance := min(a.Overage, a.AllowanceLeft)
+		a.AllowanceLeft -= fromAllowance
+		if err := ledger.Repay(&a, &a.AllowanceLeft, fromAllowance); err != nil {
+			return err
+		}
+		if err := a.Conserved(); err != nil {
+			return err
+		}
+		changes = append(changes, change{bytes.Clone(k), encodeAccount(&a)})
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, c := range changes {
+		if err := b.Put(c.id, c.v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // migrateFrom1 builds the indexes schema 2 added. A schema-1 file kept no
 // ingest times, so its event ids count as ingested at now.
@@ -157,6 +204,13 @@ func Open(path string, opts Options) (*Store, error) {
 		case string(schema) == string(u64Key(1)):
 			if err := migrateFrom1(tx, time.Now().UnixNano()); err != nil {
 				return fmt.Errorf("boltstore: %s: upgrading schema 1: %w", path, err)
+			}
+			if err := migrateFrom2(tx); err != nil {
+				return fmt.Errorf("boltstore: %s: upgrading schema 2: %w", path, err)
+			}
+		case string(schema) == string(u64Key(2)):
+			if err := migrateFrom2(tx); err != nil {
+				return fmt.Errorf("boltstore: %s: upgrading schema 2: %w", path, err)
 			}
 		case string(schema) != string(u64Key(schemaVersion)):
 			return fmt.Errorf("boltstore: %s has schema %x, this build reads %d", path, schema, schemaVersion)

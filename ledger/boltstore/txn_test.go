@@ -90,11 +90,11 @@ func TestIndexesFollowTheRecords(t *testing.T) {
 	if _, _, err := s.Deposit(ctx, "b", 100, "d", t0); err != nil {
 		t.Fatal(err)
 	}
-	l1, _, err := s.Acquire(ctx, "b", 10, 0, 60e9, t0)
+	l1, _, err := s.Acquire(ctx, "b", "node-a", 10, 0, 60e9, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l2, _, err := s.Acquire(ctx, "b", 10, 0, 30e9, t0)
+	l2, _, err := s.Acquire(ctx, "b", "node-a", 10, 0, 30e9, t0)
 	if err != nil {
 		t.Fatal(err)
 	}

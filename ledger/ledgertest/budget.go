@@ -118,7 +118,7 @@ func testRolloverIsLazyAtGrant(h *harness) {
 	h.budget("org", 10, ledger.PeriodDay, t0)
 	h.acquire("org", 10, 10, hour, t0)
 	h.money("org", money{Deposited: 10, Outstanding: 10})
-	_, ev, err := h.s.Acquire(h.ctx, "org", 5, 0, hour, t0+hour)
+	_, ev, err := h.s.Acquire(h.ctx, "org", "node-a", 5, 0, hour, t0+hour)
 	h.refusal("exhausted today", err, ledger.RefusedExhausted, "org")
 	if ev != (ledger.Evidence{Remaining: 10, Scope: core.ScopeOrg, PeriodEnd: nextMidnight, Period: ledger.PeriodDay}) {
 		h.t.Fatalf("evidence %+v", ev)

@@ -131,7 +131,7 @@ func (h *harness) budget(id core.AccountID, allowance core.CostUnits, p ledger.P
 
 func (h *harness) acquire(id core.AccountID, want, need core.CostUnits, ttl, now int64) (ledger.Lease, ledger.Evidence) {
 	h.t.Helper()
-	l, ev, err := h.s.Acquire(h.ctx, id, want, need, ttl, now)
+	l, ev, err := h.s.Acquire(h.ctx, id, "node-a", want, need, ttl, now)
 	if err != nil {
 		h.t.Fatalf("acquire %d (need %d) for %s: %v", want, need, id, err)
 	}

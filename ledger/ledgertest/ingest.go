@@ -75,9 +75,9 @@ func testLateUsage(h *harness) {
 	h.money("org", money{Deposited: 1000, TopUpLeft: 830, Settled: 170})
 }
 
-// testOverageAndPostPaid: overage is billed beyond funding to the whole
-// chain; post-paid usage is paid from each scope's balance (allowance
-// first) and the rest is overage.
+// testOverageAndPostPaid: elastic overage and post-paid usage are billed
+// to the whole chain, each scope paying from its balance (allowance first)
+// and owing the rest as overage, which the next funds to arrive repay.
 func testOverageAndPostPaid(h *harness) {
 	h.create("org", "", false)
 	h.create("ws", "org", true)
@@ -91,14 +91,15 @@ func testOverageAndPostPaid(h *harness) {
 		{ID: eventID(3), Account: "ws", Source: ledger.UsagePostPaid, Units: 3},
 		{ID: eventID(4), Account: "agent", Source: ledger.UsagePostPaid, Units: 0},
 	}, ledger.Accepted, ledger.Accepted, ledger.Accepted, ledger.Rejected)
-	h.money("agent", money{Deposited: 100, Overage: 7, TopUpLeft: 80, Settled: 27})
+	h.money("agent", money{Deposited: 100, TopUpLeft: 73, Settled: 27})
 	h.money("ws", money{})
-	// The org paid 10 of allowance and 5 of top-ups for the 20; 5 over.
-	// Then 3 more for the workspace, all overage.
+	// The org paid the 7 and 3 of the 20 from its allowance, 5 from
+	// top-ups; 12 over. Then 3 more for the workspace, all overage.
 	h.money("org", money{Deposited: 15, Overage: 15, Settled: 30})
-	// After midnight post-paid usage draws on the new allowance.
+	// After midnight the new allowance repays 10 of the debt first, so the
+	// next post-paid usage finds nothing left and is all overage.
 	h.ingest(nextMidnight+hour, []ledger.Usage{{ID: eventID(5), Account: "org", Source: ledger.UsagePostPaid, Units: 4}}, ledger.Accepted)
-	h.money("org", money{Deposited: 25, Overage: 15, AllowanceLeft: 6, Settled: 34})
+	h.money("org", money{Deposited: 25, Overage: 9, Settled: 34})
 
 	got, err := h.s.UsageOf(h.ctx, "agent", 10)
 	if err != nil {
@@ -131,7 +132,9 @@ func testIngestIsAllOrNothing(h *harness) {
 	l, _ := h.acquire("org", 10, 0, hour, t0)
 	good := leaseUsage(1, l, 5)
 	huge := ledger.Usage{ID: eventID(2), Account: "org", Source: ledger.UsageOverage, Units: core.MaxCostUnits - 50}
-	res, err := h.s.Ingest(h.ctx, []ledger.Usage{good, huge}, t0)
+	huger := huge
+	huger.ID = eventID(3) // together they overflow Settled
+	res, err := h.s.Ingest(h.ctx, []ledger.Usage{good, huge, huger}, t0)
 	if !errors.Is(err, ledger.ErrOverflow) || res != nil {
 		h.t.Fatalf("overflowing batch: %v, %v", res, err)
 	}

@@ -28,7 +28,7 @@ func testGrantPolicy(h *harness) {
 		h.create(id, "", false)
 		h.deposit(id, c.balance, "d")
 		l, ev := h.acquire(id, c.want, c.need, minute, t0)
-		want := ledger.Lease{ID: l.ID, Account: id, Token: 1, Granted: c.granted, State: ledger.LeaseActive, GrantedAt: t0, ExpiresAt: t0 + minute}
+		want := ledger.Lease{ID: l.ID, Account: id, Holder: "node-a", Token: 1, Granted: c.granted, State: ledger.LeaseActive, GrantedAt: t0, ExpiresAt: t0 + minute}
 		if l != want {
 			h.t.Fatalf("balance %d want %d need %d: lease %+v, want %+v", c.balance, c.want, c.need, l, want)
 		}
@@ -113,13 +113,13 @@ func testRefusals(h *harness) {
 		want     core.CostUnits
 		ttl, now int64
 	}{{0, minute, t0}, {1, 0, t0}, {1, -1, t0}, {1, 10, 1<<63 - 5}} {
-		_, _, err := h.s.Acquire(h.ctx, "agent", c.want, 0, c.ttl, c.now)
+		_, _, err := h.s.Acquire(h.ctx, "agent", "node-a", c.want, 0, c.ttl, c.now)
 		h.wantErr("bad arguments", err, ledger.ErrInvalid)
 	}
-	_, _, err := h.s.Acquire(h.ctx, "nobody", 1, 0, minute, t0)
+	_, _, err := h.s.Acquire(h.ctx, "nobody", "node-a", 1, 0, minute, t0)
 	h.wantErr("unknown account", err, ledger.ErrNotFound)
 
-	_, ev, err := h.s.Acquire(h.ctx, "agent", 10, 0, minute, t0)
+	_, ev, err := h.s.Acquire(h.ctx, "agent", "node-a", 10, 0, minute, t0)
 	r := h.refusal("agent has nothing", err, ledger.RefusedExhausted, "agent")
 	if ev != (ledger.Evidence{Scope: core.ScopeAgent}) || r.Evidence != ev {
 		h.t.Fatalf("evidence %+v / %+v", ev, r.Evidence)
@@ -131,7 +131,7 @@ func testRefusals(h *harness) {
 	if _, err := h.s.SetStatus(h.ctx, "org", core.StatusSuspended); err != nil {
 		h.t.Fatal(err)
 	}
-	_, ev, err = h.s.Acquire(h.ctx, "agent", 10, 0, minute, t0)
+	_, ev, err = h.s.Acquire(h.ctx, "agent", "node-a", 10, 0, minute, t0)
 	h.refusal("suspended workspace", err, ledger.RefusedInactive, "ws")
 	if ev != (ledger.Evidence{Remaining: 100, Scope: core.ScopeAgent}) {
 		h.t.Fatalf("evidence %+v", ev)
@@ -139,14 +139,14 @@ func testRefusals(h *harness) {
 	if _, err := h.s.SetStatus(h.ctx, "ws", core.StatusActive); err != nil {
 		h.t.Fatal(err)
 	}
-	_, _, err = h.s.Acquire(h.ctx, "agent", 10, 0, minute, t0)
+	_, _, err = h.s.Acquire(h.ctx, "agent", "node-a", 10, 0, minute, t0)
 	h.refusal("suspended org", err, ledger.RefusedInactive, "org")
 	if _, err := h.s.SetStatus(h.ctx, "org", core.StatusActive); err != nil {
 		h.t.Fatal(err)
 	}
 	// Exhaust the org: the refusal names it, though the leaf has money.
 	o, _ := h.acquire("org", 100, 100, minute, t0)
-	_, ev, err = h.s.Acquire(h.ctx, "agent", 10, 0, minute, t0)
+	_, ev, err = h.s.Acquire(h.ctx, "agent", "node-a", 10, 0, minute, t0)
 	h.refusal("exhausted org", err, ledger.RefusedExhausted, "org")
 	if ev != (ledger.Evidence{Remaining: 100, Scope: core.ScopeAgent}) {
 		h.t.Fatalf("evidence %+v", ev)
@@ -205,61 +205,119 @@ func testRelease(h *harness) {
 	h.money("org", money{Deposited: 600, AllowanceLeft: 100, TopUpLeft: 380, Settled: 30, Loss: 20, Expired: 70})
 }
 
-// testConsolidate: release and re-grant in one transaction; the new grant
-// sees the credit; a refused replacement still releases; a fenced one
-// changes nothing.
-func testConsolidate(h *harness) {
+// testExtend: a lease grows and lives on under one token; an exhausted
+// chain extends time only; fenced, ended, suspended and period-crossing
+// extensions change nothing.
+func testExtend(h *harness) {
 	h.create("org", "", false)
 	h.deposit("org", 100, "o")
-	l, _ := h.acquire("org", 60, 0, hour, t0)
-	if l.Granted != 50 {
-		h.t.Fatalf("first grant %d", l.Granted)
+	l, _ := h.acquire("org", 30, 0, hour, t0)
+	if l.Granted != 30 || l.Holder != "node-a" {
+		h.t.Fatalf("first grant %+v", l)
 	}
 	h.ingest(t0, []ledger.Usage{leaseUsage(1, l, 10)}, ledger.Accepted)
-	n, ev, err := h.s.Consolidate(h.ctx, l.ID, l.Token, 40, 60, 90, hour, t0+minute)
+	n, ev, err := h.s.Extend(h.ctx, l.ID, l.Token, 20, 0, hour, t0+minute)
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	if n.Granted != 90 || n.Token != 2 || n.ID == l.ID || n.State != ledger.LeaseActive || n.ExpiresAt != t0+minute+hour {
-		h.t.Fatalf("replacement %+v", n)
+	if n.ID != l.ID || n.Token != l.Token || n.Granted != 50 || n.Used != 10 || n.ExpiresAt != t0+minute+hour || n.Holder != "node-a" {
+		h.t.Fatalf("extended %+v", n)
 	}
 	if ev != (ledger.Evidence{Remaining: 90, Scope: core.ScopeOrg}) {
 		h.t.Fatalf("evidence %+v", ev)
 	}
-	if old := h.lease(l.ID); old.State != ledger.LeaseReleased || old.Credited != 40 || old.Used != 10 {
-		h.t.Fatalf("old lease %+v", old)
+	h.money("org", money{Deposited: 100, TopUpLeft: 50, Outstanding: 40, Settled: 10})
+
+	// Near exhaustion the grant halves (GrantSize); at zero it extends time only.
+	n, _, err = h.s.Extend(h.ctx, l.ID, l.Token, 100, 0, hour, t0+2*minute)
+	if err != nil || n.Granted != 75 {
+		h.t.Fatalf("extend near exhaustion: %v, %+v", err, n)
+	}
+	h.money("org", money{Deposited: 100, TopUpLeft: 25, Outstanding: 65, Settled: 10})
+	n, _, err = h.s.Extend(h.ctx, l.ID, l.Token, 0, 0, 2*hour, t0+3*minute)
+	if err != nil || n.Granted != 75 || n.ExpiresAt != t0+3*minute+2*hour {
+		h.t.Fatalf("time-only extension: %v, %+v", err, n)
+	}
+	n, _, err = h.s.Extend(h.ctx, l.ID, l.Token, 25, 25, hour, t0+4*minute)
+	if err != nil || n.Granted != 100 {
+		h.t.Fatalf("extend to need: %v, %+v", err, n)
+	}
+	n, ev, err = h.s.Extend(h.ctx, l.ID, l.Token, 10, 0, hour, t0+5*minute)
+	if err != nil || n.Granted != 100 || ev.Remaining != 90 {
+		h.t.Fatalf("extend of an exhausted chain: %v, %+v, %+v", err, n, ev)
 	}
 	h.money("org", money{Deposited: 100, Outstanding: 90, Settled: 10})
 
-	_, _, err = h.s.Consolidate(h.ctx, n.ID, n.Token+1, 0, 10, 0, hour, t0)
+	_, _, err = h.s.Extend(h.ctx, l.ID, l.Token+1, 10, 0, hour, t0)
 	h.wantErr("fenced", err, ledger.ErrFenced)
-	_, _, err = h.s.Consolidate(h.ctx, l.ID, l.Token, 0, 10, 0, hour, t0)
-	h.wantErr("released lease", err, ledger.ErrLeaseNotActive)
-	_, _, err = h.s.Consolidate(h.ctx, n.ID, n.Token, 0, 0, 0, hour, t0)
-	h.wantErr("want 0", err, ledger.ErrInvalid)
-	_, _, err = h.s.Consolidate(h.ctx, 9999, 1, 0, 10, 0, hour, t0)
+	_, _, err = h.s.Extend(h.ctx, l.ID, l.Token, 10, 0, 0, t0)
+	h.wantErr("ttl 0", err, ledger.ErrInvalid)
+	_, _, err = h.s.Extend(h.ctx, 9999, 1, 10, 0, hour, t0)
 	h.wantErr("unknown lease", err, ledger.ErrNotFound)
-	h.money("org", money{Deposited: 100, Outstanding: 90, Settled: 10})
-	if a := h.account("org"); a.NextToken != 3 {
-		h.t.Fatalf("failed consolidations took tokens: next %d", a.NextToken)
-	}
 
 	if _, err := h.s.SetStatus(h.ctx, "org", core.StatusSuspended); err != nil {
 		h.t.Fatal(err)
 	}
-	_, ev, err = h.s.Consolidate(h.ctx, n.ID, n.Token, 90, 10, 0, hour, t0+2*minute)
+	_, _, err = h.s.Extend(h.ctx, l.ID, l.Token, 10, 0, hour, t0+6*minute)
 	h.refusal("suspended", err, ledger.RefusedInactive, "org")
-	if ev != (ledger.Evidence{Remaining: 90, Scope: core.ScopeOrg}) {
-		h.t.Fatalf("evidence %+v", ev)
+	if got := h.lease(l.ID); got.ExpiresAt != t0+5*minute+hour {
+		h.t.Fatalf("refused extension moved the expiry: %+v", got)
 	}
-	if got := h.lease(n.ID); got.State != ledger.LeaseReleased || got.Credited != 90 {
-		h.t.Fatalf("refused consolidation did not release: %+v", got)
+	if _, err := h.s.SetStatus(h.ctx, "org", core.StatusActive); err != nil {
+		h.t.Fatal(err)
 	}
+	h.release(h.lease(l.ID), 90, t0+7*minute)
+	_, _, err = h.s.Extend(h.ctx, l.ID, l.Token, 10, 0, hour, t0+8*minute)
+	h.wantErr("released", err, ledger.ErrLeaseNotActive)
 	h.money("org", money{Deposited: 100, TopUpLeft: 90, Settled: 10})
-	active, err := h.s.Leases(h.ctx, true)
-	if err != nil || len(active) != 0 {
-		h.t.Fatalf("active leases %v, %v", active, err)
+
+	// A lease funded by one period's allowance cannot take the next one's.
+	h.create("daily", "", false)
+	h.budget("daily", 100, ledger.PeriodDay, t0)
+	d, _ := h.acquire("daily", 40, 0, 2*day, t0)
+	_, _, err = h.s.Extend(h.ctx, d.ID, d.Token, 10, 0, day, t0+day)
+	h.wantErr("next period", err, ledger.ErrPeriodEnded)
+	if got := h.lease(d.ID); got.Granted != 40 || got.ExpiresAt != t0+2*day {
+		h.t.Fatalf("extension across a period changed the lease: %+v", got)
 	}
+}
+
+// testDebt: overage is debt. The funds that arrive next — a deposit, a new
+// allowance, a lease's unspent units — repay it before any can be spent,
+// and evidence counts it.
+func testDebt(h *harness) {
+	h.create("ws", "", false)
+	h.deposit("ws", 100, "first")
+	l, _ := h.acquire("ws", 40, 0, hour, t0)
+	post := ledger.Usage{ID: eventID(1), Account: "ws", Source: ledger.UsagePostPaid, Units: 100, OccurredAt: t0}
+	h.ingest(t0, []ledger.Usage{post}, ledger.Accepted)
+	h.money("ws", money{Deposited: 100, Overage: 40, Outstanding: 40, Settled: 100})
+	if ev, err := h.s.Evidence(h.ctx, "ws"); err != nil || ev.Remaining != 0 {
+		h.t.Fatalf("evidence of a scope that owes what its leases hold: %+v, %v", ev, err)
+	}
+	// A smaller top-up only pays part of the debt: nothing to spend.
+	h.deposit("ws", 30, "small")
+	h.money("ws", money{Deposited: 130, Overage: 10, Outstanding: 40, Settled: 100})
+	if a := h.account("ws"); a.Repaid != 30 {
+		h.t.Fatalf("repaid %d, want 30", a.Repaid)
+	}
+	_, _, err := h.s.Acquire(h.ctx, "ws", "node-a", 10, 0, hour, t0)
+	h.refusal("in debt", err, ledger.RefusedExhausted, "ws")
+	// The lease's unspent units repay the rest first.
+	h.release(l, 40, t0+minute)
+	h.money("ws", money{Deposited: 130, TopUpLeft: 30, Settled: 100})
+	if a := h.account("ws"); a.Repaid != 40 || a.Overage != 0 {
+		h.t.Fatalf("after release: %+v", a)
+	}
+	// A new allowance repays debt too.
+	h.create("daily", "", false)
+	h.budget("daily", 50, ledger.PeriodDay, t0)
+	h.ingest(t0, []ledger.Usage{{ID: eventID(2), Account: "daily", Source: ledger.UsagePostPaid, Units: 80, OccurredAt: t0}}, ledger.Accepted)
+	h.money("daily", money{Deposited: 50, Overage: 30, Settled: 80})
+	if _, err := h.s.Rollover(h.ctx, t0+day, 10); err != nil {
+		h.t.Fatal(err)
+	}
+	h.money("daily", money{Deposited: 100, AllowanceLeft: 20, Settled: 80})
 }
 
 // testReclaim: leases past ExpiresAt+grace are forfeited oldest first, at
@@ -319,7 +377,7 @@ func testConcurrentGrants(h *harness) {
 	for range callers {
 		wg.Go(func() {
 			for range each {
-				l, _, err := h.s.Acquire(h.ctx, "org", 10, 0, hour, t0)
+				l, _, err := h.s.Acquire(h.ctx, "org", "node-a", 10, 0, hour, t0)
 				if _, refused := errors.AsType[*ledger.Refusal](err); refused {
 					continue
 				}

@@ -175,19 +175,19 @@ func settle(c []*modelAccount, u core.CostUnits) {
 
 func (m *machine) actions() map[string]func(*rapid.T) {
 	return map[string]func(*rapid.T){
-		"create":      m.create,
-		"deposit":     m.deposit,
-		"budget":      m.budget,
-		"status":      m.status,
-		"acquire":     m.acquire,
-		"consolidate": m.consolidate,
-		"release":     m.release,
-		"ingest":      m.ingest,
-		"reclaim":     m.reclaim,
-		"rollover":    m.rollover,
-		"advance":     m.advance,
-		"restart":     m.restart,
-		"":            m.check,
+		"create":   m.create,
+		"deposit":  m.deposit,
+		"budget":   m.budget,
+		"status":   m.status,
+		"acquire":  m.acquire,
+		"extend":   m.extend,
+		"release":  m.release,
+		"ingest":   m.ingest,
+		"reclaim":  m.reclaim,
+		"rollover": m.rollover,
+		"advance":  m.advance,
+		"restart":  m.restart,
+		"":         m.check,
 	}
 }
 

@@ -39,11 +39,11 @@ func (b broken) Deposit(ctx context.Context, id core.AccountID, units core.CostU
 	return b.Store.Deposit(ctx, id, units, key, now)
 }
 
-func (b broken) Acquire(ctx context.Context, id core.AccountID, want, need core.CostUnits, ttl, now int64) (ledger.Lease, ledger.Evidence, error) {
+func (b broken) Acquire(ctx context.Context, id core.AccountID, holder string, want, need core.CostUnits, ttl, now int64) (ledger.Lease, ledger.Evidence, error) {
 	if b.bug == "need ignored" {
 		need = 0
 	}
-	return b.Store.Acquire(ctx, id, want, need, ttl, now)
+	return b.Store.Acquire(ctx, id, holder, want, need, ttl, now)
 }
 
 func (b broken) Ingest(ctx context.Context, events []ledger.Usage, now int64) ([]ledger.IngestResult, error) {
