@@ -216,6 +216,9 @@ type RefillRequest struct {
 	Needed      CostUnits // the largest quote refused for want of units, or 0
 	RateStarved bool      // this engine's share refused a request
 	WantsFunds  bool      // low water crossed or a quote refused
+	// ReturnDue: a retiring lease funds nothing any more; take its units
+	// (LeaseSlot.TakeRetired) back to the control plane.
+	ReturnDue bool
 }
 
 // DrainRefills appends every pending refill request to dst and clears them.
@@ -223,12 +226,21 @@ type RefillRequest struct {
 func (e *Engine) DrainRefills(dst []RefillRequest) []RefillRequest {
 	for _, a := range e.refills {
 		dst = append(dst, RefillRequest{Account: a.id, Units: a.lease.cur.units, Needed: a.lease.largestRefused,
-			RateStarved: a.rateStarved, WantsFunds: a.lease.wantRefill})
+			RateStarved: a.rateStarved, WantsFunds: a.lease.wantRefill, ReturnDue: a.lease.returnDue})
 		a.refillQueued, a.rateStarved = false, false
 	}
 	clear(e.refills)
 	e.refills = e.refills[:0]
 	return dst
+}
+
+// noteReturn queues a's request when a retiring lease of its slot went
+// idle: a settlement, never the request path's debit, gets here.
+func (e *Engine) noteReturn(a *account) {
+	if !a.refillQueued {
+		a.refillQueued = true
+		e.refills = append(e.refills, a)
+	}
 }
 
 func (e *Engine) noteRefill(a *account) {
@@ -266,6 +278,33 @@ func (e *Engine) Deadline(r Reservation) int64 {
 		return rs.deadline
 	}
 	return 0
+}
+
+// Committed describes a committed reservation as the usage event that
+// would bill it at its quote (Units = Quote, OccurredAt = now): for a
+// commit journal, so that a node that dies before the reservation ends can
+// still bill it. ok is false unless r is live and committed.
+func (e *Engine) Committed(r Reservation, now int64) (ev UsageEvent, ok bool) {
+	rs := e.res.lookup(r)
+	if rs == nil || rs.phase != phaseCommitted {
+		return UsageEvent{}, false
+	}
+	src := SourceLease
+	if rs.token == 0 {
+		src = SourceOverage
+	}
+	return UsageEvent{RequestID: rs.request, Principal: rs.prin.who, Units: rs.quote, Quote: rs.quote,
+		Source: src, FencingToken: rs.token, OccurredAt: now, Policy: rs.acct.policy(rs.pol).src}, true
+}
+
+// SnapshotOf is the snapshot principal p acts under, or nil: for refusals
+// that name what refused (the scope of a suspension), off the request path.
+func (e *Engine) SnapshotOf(p Principal) *Snapshot {
+	pe := e.principals.get(p)
+	if pe == nil {
+		return nil
+	}
+	return pe.acct.snap
 }
 
 // PrincipalOf is the principal that admitted a live reservation.

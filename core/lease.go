@@ -43,6 +43,9 @@ type LeaseSlot struct {
 	// wantRefill is set by the debit that crosses low water (or is refused),
 	// and cleared when the control plane answers with a grant.
 	wantRefill bool
+	// returnDue is set when a retiring lease's last reservation settles:
+	// its units can go back to the control plane without being asked.
+	returnDue bool
 
 	// largestRefused is the biggest quote refused for want of units since
 	// the last grant; the control plane grows the next grant to it.
@@ -125,8 +128,9 @@ func (s *LeaseSlot) debit(quote CostUnits, now int64) (r DenyReason, signal bool
 }
 
 // settle closes a reservation of quote funded by the lease with token,
-// billing billed ≤ quote and returning the rest to that lease.
-func (s *LeaseSlot) settle(token uint64, quote, billed CostUnits) {
+// billing billed ≤ quote and returning the rest to that lease. It reports
+// whether that left a retiring lease funding nothing (returnDue).
+func (s *LeaseSlot) settle(token uint64, quote, billed CostUnits) bool {
 	f := s.funds(token)
 	if f == nil || f.held == 0 || billed > quote {
 		panic("core: invariant broken: settling a reservation its lease does not hold")
@@ -135,6 +139,11 @@ func (s *LeaseSlot) settle(token uint64, quote, billed CostUnits) {
 	f.units = mustAdd(f.units, quote-billed)
 	s.heldUnits = mustSub(s.heldUnits, quote)
 	s.billed = mustAdd(s.billed, billed)
+	if f != &s.cur && f.held == 0 {
+		s.returnDue = true
+		return true
+	}
+	return false
 }
 
 func (s *LeaseSlot) funds(token uint64) *leaseFunds {
@@ -155,9 +164,43 @@ type LeaseReturn struct {
 	Units CostUnits
 }
 
+// Retire ends the current lease's use here when it has fencing token
+// token (the control plane is handing it back to the ledger): its unspent
+// units are returned, and it moves to a retiring place, where reservations
+// it funds keep settling; once they have, TakeRetired returns the rest
+// (returnDue says when). Without a free retiring place it only returns the
+// unspent units and stays current; the control plane asks again.
+func (s *LeaseSlot) Retire(token uint64) LeaseReturn {
+	if token == 0 || s.cur.token != token {
+		return LeaseReturn{}
+	}
+	r := s.TakeUnspent()
+	if i := s.freeRetiring(); i >= 0 {
+		s.retiring[i] = s.cur
+		s.cur = leaseFunds{}
+		if s.retiring[i].held == 0 {
+			s.retiring[i] = leaseFunds{}
+		}
+	}
+	return r
+}
+
+// Extend moves the current lease's usable-until time when it has fencing
+// token token: the control plane extended the lease in the ledger.
+func (s *LeaseSlot) Extend(token uint64, usableUntil int64) {
+	if token != 0 && s.cur.token == token && usableUntil > s.usableUntil {
+		s.usableUntil = usableUntil
+	}
+}
+
+// ReturnDue reports whether a retiring lease has stopped funding anything
+// since the last TakeRetired.
+func (s *LeaseSlot) ReturnDue() bool { return s.returnDue }
+
 // TakeRetired removes every retiring lease that funds nothing any more and
 // returns its unspent units; the control plane releases them to the ledger.
 func (s *LeaseSlot) TakeRetired(dst []LeaseReturn) []LeaseReturn {
+	s.returnDue = false
 	for i := range s.retiring {
 		f := &s.retiring[i]
 		if f.token != 0 && f.held == 0 {

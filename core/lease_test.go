@@ -71,3 +71,51 @@ func TestTakeUnspentThenLateSettlement(t *testing.T) {
 	}
 	f.conserved()
 }
+
+// TestRetiredLeaseReturnsItselfOnceIdle: retiring the current lease returns
+// its unspent units at once; the reservation it still funds settles into it,
+// and the engine then asks (ReturnDue) for the rest to go back.
+func TestRetiredLeaseReturnsItselfOnceIdle(t *testing.T) {
+	f := newFixture(t, nil)
+	r := f.start(oneReq, t0) // funded by token 1: 1,000,000 units
+	l, _ := f.e.Lease("acme")
+	quote := f.e.Quote(r)
+	got := l.Retire(1)
+	if got != (LeaseReturn{Token: 1, Units: 1_000_000 - quote}) || l.Token() != 0 || l.ReturnDue() {
+		t.Fatalf("retire returned %+v; current token %d, return due %v", got, l.Token(), l.ReturnDue())
+	}
+	if got := l.Retire(1); got != (LeaseReturn{}) {
+		t.Fatalf("retiring a lease that is no longer current returned %+v", got)
+	}
+	f.e.DrainRefills(nil)
+	f.e.Finish(r, 2, t0)
+	reqs := f.e.DrainRefills(nil)
+	if len(reqs) != 1 || !reqs[0].ReturnDue || !l.ReturnDue() {
+		t.Fatalf("after the last settlement: %+v", reqs)
+	}
+	back := l.TakeRetired(nil)
+	if len(back) != 1 || back[0] != (LeaseReturn{Token: 1, Units: quote - 2}) || l.ReturnDue() {
+		t.Fatalf("retired return = %+v", back)
+	}
+	f.conserved()
+	if b := l.Balance(); b.Returned != 1_000_000-2 || b.Billed != 2 || b.Available != 0 {
+		t.Fatalf("balance = %+v", b)
+	}
+}
+
+// TestExtendMovesOnlyTheCurrentLease: an extension of the current token
+// moves its usable-until forward; another token, or an earlier time, does
+// nothing.
+func TestExtendMovesOnlyTheCurrentLease(t *testing.T) {
+	var s LeaseSlot
+	must(t, s.Grant(5, 10, t0, 4))
+	s.Extend(4, t0+10)
+	s.Extend(5, t0-1)
+	if s.usableUntil != t0 {
+		t.Fatalf("usable until %d, want %d", s.usableUntil, t0)
+	}
+	s.Extend(5, t0+10)
+	if s.usableUntil != t0+10 || s.lowWater != 4 {
+		t.Fatalf("after the extension: until %d, low water %d", s.usableUntil, s.lowWater)
+	}
+}

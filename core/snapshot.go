@@ -80,6 +80,10 @@ type Snapshot struct {
 	// Scope is the level this account occupies in its hierarchy, reported
 	// with funding refusals that the account's own ledger entry caused.
 	Scope Scope
+	// StatusScope is the scope of the ancestor whose suspension or closure
+	// Status reports (it stops every account below it); ScopeNone when
+	// Status is the account's own. See StandingScope.
+	StatusScope Scope
 	// PermissionNames names permission bit i, for transports that accept
 	// names on the wire. The engine itself only tests bits.
 	PermissionNames []string
@@ -89,6 +93,14 @@ type Snapshot struct {
 	// DenyThreshold: seed-000 admission denies while the account's funding
 	// evidence shows less than this remaining.
 	DenyThreshold CostUnits
+}
+
+// StandingScope is the scope whose standing Status reports.
+func (s *Snapshot) StandingScope() Scope {
+	if s.StatusScope != ScopeNone {
+		return s.StatusScope
+	}
+	return s.Scope
 }
 
 // Permission returns the bit named name, if the snapshot names one.
@@ -135,8 +147,8 @@ func (s *Snapshot) Validate() error {
 	if s.Capacity > CapacityBestEffort {
 		return invalid("unknown capacity class %d", s.Capacity)
 	}
-	if s.Scope > ScopeOrg {
-		return invalid("unknown scope %d", s.Scope)
+	if s.Scope > ScopeOrg || s.StatusScope > ScopeOrg {
+		return invalid("unknown scope %d or %d", s.Scope, s.StatusScope)
 	}
 	if err := s.Limits.validate(); err != nil {
 		return err

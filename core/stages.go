@@ -266,7 +266,9 @@ func (e *Engine) fallBackToOverage(rs *resSlot) bool {
 	if err != nil || sum > m.src.Mode.OverageCap {
 		return false
 	}
-	a.lease.settle(rs.token, rs.quote, 0)
+	if a.lease.settle(rs.token, rs.quote, 0) {
+		e.noteReturn(a)
+	}
 	a.overage, rs.token = sum, 0
 	e.counters.Overage++
 	return true
@@ -341,7 +343,9 @@ func (e *Engine) bill(rs *resSlot, units CostUnits, at int64, lapsed bool) {
 func (e *Engine) settle(rs *resSlot, billed CostUnits) {
 	a := rs.acct
 	if rs.token != 0 {
-		a.lease.settle(rs.token, rs.quote, billed)
+		if a.lease.settle(rs.token, rs.quote, billed) {
+			e.noteReturn(a)
+		}
 		return
 	}
 	a.overage = mustSub(a.overage, rs.quote-billed)

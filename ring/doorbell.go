@@ -104,24 +104,49 @@ func (d *Doorbell[T]) PushBatch(vs []T) int {
 	return n
 }
 
-// Notify rings if the consumer has announced that it sleeps. Call it after
-// publishing through Ring() directly. When the consumer is awake it is one
-// load of a line the consumer rarely writes. Producer only.
+// The consumer's announcement, in the sleeping word.
+const (
+	awake   = 0
+	asleep  = 1 // blocked until rung: every push rings
+	napping = 2 // blocked until a short timeout: only urgent pushes ring
+)
+
+// Notify rings if the consumer has announced that it sleeps or naps. Call
+// it after publishing through Ring() directly. When the consumer is awake it
+// is one load of a line the consumer rarely writes. Producer only.
 func (d *Doorbell[T]) Notify() {
-	if d.sleeping.Load() != 0 && d.sleeping.CompareAndSwap(1, 0) {
+	if s := d.sleeping.Load(); s != awake && d.sleeping.CompareAndSwap(s, awake) {
 		d.rings.Add(1)
 		d.bell.ring()
 	}
 }
 
-// BeginSleep announces that the consumer is about to block on FD and reports
-// whether it may: false means messages are already queued and the consumer
-// should pop them instead. After true, the producer rings on its next push.
-// Call EndSleep once the poller returns, whatever woke it. Consumer only.
-func (d *Doorbell[T]) BeginSleep() bool {
-	d.sleeping.Store(1)
+// NotifyIfAsleep rings only if the consumer sleeps without a timeout: a
+// napping consumer wakes on its own soon and finds the message then. It is
+// for routine messages that need not cut a nap short but must not be left
+// in the ring of a consumer that will not wake by itself. Producer only.
+func (d *Doorbell[T]) NotifyIfAsleep() {
+	if d.sleeping.Load() == asleep && d.sleeping.CompareAndSwap(asleep, awake) {
+		d.rings.Add(1)
+		d.bell.ring()
+	}
+}
+
+// BeginSleep announces that the consumer is about to block on FD with no
+// timeout of its own and reports whether it may: false means messages are
+// already queued and the consumer should pop them instead. After true, the
+// producer rings on its next push (Notify or NotifyIfAsleep). Call EndSleep
+// once the poller returns, whatever woke it. Consumer only.
+func (d *Doorbell[T]) BeginSleep() bool { return d.announce(asleep) }
+
+// BeginNap is BeginSleep for a consumer that blocks with a short timeout:
+// only Notify rings it, NotifyIfAsleep does not. Consumer only.
+func (d *Doorbell[T]) BeginNap() bool { return d.announce(napping) }
+
+func (d *Doorbell[T]) announce(how uint32) bool {
+	d.sleeping.Store(how)
 	if !d.r.empty() {
-		d.sleeping.Store(0)
+		d.sleeping.Store(awake)
 		return false
 	}
 	return true
@@ -130,7 +155,7 @@ func (d *Doorbell[T]) BeginSleep() bool {
 // EndSleep withdraws the announcement made by BeginSleep, so pushes stop
 // ringing. Consumer only.
 func (d *Doorbell[T]) EndSleep() {
-	d.sleeping.Store(0)
+	d.sleeping.Store(awake)
 }
 
 // Drain resets the descriptor to not readable. Call it when the poller

@@ -317,3 +317,35 @@ func BenchmarkDoorbellWake(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/roundtrip")
 }
+
+// TestDoorbellNapRingsOnlyForUrgent: a napping consumer is rung by Notify
+// (urgent) but not by NotifyIfAsleep (routine); a sleeping one by both.
+func TestDoorbellNapRingsOnlyForUrgent(t *testing.T) {
+	d := newDoorbell(t, 16)
+	if !d.BeginNap() {
+		t.Fatal("BeginNap on an empty ring = false")
+	}
+	d.r.Push(newMsg(1))
+	d.NotifyIfAsleep()
+	if d.Rings() != 0 {
+		t.Fatalf("a routine push rang a napping consumer (%d rings)", d.Rings())
+	}
+	d.Notify()
+	if d.Rings() != 1 {
+		t.Fatalf("an urgent push did not ring a napping consumer (%d rings)", d.Rings())
+	}
+	d.EndSleep()
+	d.r.Pop()
+	if !d.BeginSleep() {
+		t.Fatal("BeginSleep on an empty ring = false")
+	}
+	d.r.Push(newMsg(2))
+	d.NotifyIfAsleep()
+	if d.Rings() != 2 {
+		t.Fatalf("a routine push did not ring a sleeping consumer (%d rings)", d.Rings())
+	}
+	d.EndSleep()
+	if d.BeginNap() {
+		t.Fatal("BeginNap with a message queued = true")
+	}
+}

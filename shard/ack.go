@@ -1,6 +1,10 @@
 package shard
 
-import "github.com/valyala/fasthttp"
+import (
+	"github.com/valyala/fasthttp"
+
+	"github.com/tollgated/tollgated/invariant"
+)
 
 // Durable acknowledgement. With Config.AckDurable, a response that reports
 // billed usage (/v1/check, /v1/finish) is not sent when the usage is
@@ -80,8 +84,8 @@ func (s *Shard) respond(r *Request, seq uint64) {
 	p := &a.q[a.tail&uint64(len(a.q)-1)]
 	if len(body) > ackBodyMax {
 		// Cannot happen for the bodies we write; answer now rather than
-		// truncate, and count it.
-		s.ackOversize++
+		// truncate.
+		invariant.Violated(invariant.AckOversize, "an answer waiting for durable usage is larger than its slot")
 		return
 	}
 	p.seq, p.status, p.n = seq, uint16(r.Resp.StatusCode()), uint16(copy(p.body[:], body))

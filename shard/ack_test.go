@@ -90,19 +90,36 @@ func TestFullAckQueueShedsBeforeBilling(t *testing.T) {
 	}
 }
 
-func TestFinishAnswerWaitsForDurableUsage(t *testing.T) {
+// TestCommitAndFinishAnswersWaitForDurability: a commit is journaled (a
+// node that dies mid-work bills it at its quote) and a finish billed; each
+// answer waits until its record is on disk.
+func TestCommitAndFinishAnswersWaitForDurability(t *testing.T) {
 	h := durableHarness(t, 8)
 	_, body, _ := h.do("POST", "/v1/admit", "key-acme", chatBody)
 	res := body["reservation"].(string)
-	if status, _, _ := h.do("POST", "/v1/commit", "key-acme", `{"reservation":"`+res+`"}`); status != 200 {
-		t.Fatalf("commit %d", status)
+	h.do("POST", "/v1/commit", "key-acme", `{"reservation":"`+res+`"}`)
+	if len(h.parked) != 1 {
+		t.Fatalf("commit answer not parked: %d", len(h.parked))
+	}
+	m, _ := h.out.Ring().Pop()
+	if m.Kind != OutCommit || m.Seq != 1 || m.Usage.Units != m.Usage.Quote || m.Usage.RequestID == (core.RequestID{}) {
+		t.Fatalf("commit journal entry %+v", m)
 	}
 	h.do("POST", "/v1/finish", "key-acme", `{"reservation":"`+res+`","units":100}`)
-	if len(h.parked) != 1 {
+	if len(h.parked) != 2 {
 		t.Fatalf("finish answer not parked: %d", len(h.parked))
+	}
+	u, _ := h.out.Ring().Pop()
+	if u.Kind != OutUsage || u.Seq != 2 || u.Usage.RequestID != m.Usage.RequestID {
+		t.Fatalf("finish usage %+v does not follow commit %+v", u, m)
 	}
 	h.in.Push(Inbound{Kind: InDurable, Seq: 1})
 	h.s.Poll(t0 + 2)
+	if len(h.parked) != 1 {
+		t.Fatalf("commit answer not released alone: %d parked", len(h.parked))
+	}
+	h.in.Push(Inbound{Kind: InDurable, Seq: 2})
+	h.s.Poll(t0 + 3)
 	if len(h.parked) != 0 {
 		t.Fatal("finish answer not released")
 	}

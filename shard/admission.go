@@ -52,10 +52,10 @@ func (s *Shard) serveAdmission(r *Request) {
 	}
 	switch snap.Status {
 	case core.StatusSuspended:
-		s.writeAdmissionDeny(r.Resp, reasonSuspended, snap.Scope, windowNone, 0)
+		s.writeAdmissionDeny(r.Resp, reasonSuspended, snap.StandingScope(), windowNone, 0)
 		return
 	case core.StatusClosed:
-		s.writeAdmissionDeny(r.Resp, reasonClosed, snap.Scope, windowNone, 0)
+		s.writeAdmissionDeny(r.Resp, reasonClosed, snap.StandingScope(), windowNone, 0)
 		return
 	}
 	if scope, ok := tenancyMismatch(snap, r.Req); ok {

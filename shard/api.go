@@ -118,7 +118,7 @@ func (s *Shard) runAdmit(r *Request, p core.Principal, oneShot bool, w *fundingW
 	now := r.Now
 	ctx, reason := s.engine.Begin(p, 0, now)
 	if reason.Denied() {
-		s.writeDenial(r.Resp, core.Denial{Reason: reason})
+		s.writeDenial(r.Resp, s.beginDenial(p, reason))
 		return
 	}
 	if !s.reserveUsage() {
@@ -209,6 +209,19 @@ func (s *Shard) runAdmit(r *Request, p core.Principal, oneShot bool, w *fundingW
 	s.writeJSON(r.Resp, fasthttp.StatusOK, b)
 }
 
+// beginDenial is Begin's refusal as answered: a suspension or closure
+// names the scope it came from (the account's own, or the ancestor's that
+// stops every account below it).
+func (s *Shard) beginDenial(p core.Principal, reason core.DenyReason) core.Denial {
+	d := core.Denial{Reason: reason}
+	if reason == core.DenyAccountSuspended || reason == core.DenyAccountClosed {
+		if snap := s.engine.SnapshotOf(p); snap != nil {
+			d.Scope = snap.StandingScope()
+		}
+	}
+	return d
+}
+
 // admitBody is a decoded /v1/admit or /v1/check body.
 type admitBody struct {
 	work              []core.WorkItem
@@ -289,7 +302,11 @@ func (s *Shard) serveReservation(r *Request, op Op) {
 		return
 	}
 	if owner == s.cfg.ID {
-		if op == OpFinish && !s.claimAck(r) {
+		// A finish bills and a commit is journaled (so that a node that
+		// dies mid-work still bills it): either answer waits until that
+		// record is durable.
+		durable := op == OpFinish || op == OpCommit
+		if durable && !s.claimAck(r) {
 			s.engine.CountDenial(core.DenyAccountingBackpressure)
 			s.writeDenial(r.Resp, core.Denial{Reason: core.DenyAccountingBackpressure})
 			return
@@ -297,7 +314,7 @@ func (s *Shard) serveReservation(r *Request, op Op) {
 		seq := s.usageSeq
 		out := s.runOp(op, core.ReservationFromID(res), p, units, r.Now)
 		s.answerOp(r.Resp, op, out)
-		if op == OpFinish {
+		if durable {
 			s.respond(r, s.seqSince(seq))
 		}
 		return
@@ -308,7 +325,9 @@ func (s *Shard) serveReservation(r *Request, op Op) {
 	}
 	ticket := r.Defer()
 	m := Outbound{Kind: OutForward, Op: op, From: s.cfg.ID, To: owner, Res: res, Units: units, Principal: p, Ticket: ticket}
-	if !s.outbox.Push(m) {
+	if !s.trySend(m) {
 		s.fail(ticket, core.DenyAccountingBackpressure)
+		return
 	}
+	s.outbox.Notify() // a client is waiting
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/tollgated/tollgated/core"
+	"github.com/tollgated/tollgated/invariant"
 )
 
 // Completer answers a parked request: the transport calls fill with the
@@ -29,6 +30,7 @@ func (s *Shard) SetPending(pending func(ticket uint64) bool) { s.pending = pendi
 // the inbox doorbell rings and once per iteration; it returns how many
 // messages it applied.
 func (s *Shard) Poll(now int64) int {
+	s.flushPending()
 	n := 0
 	for {
 		k := s.inbox.Ring().PopBatch(s.inbuf[:])
@@ -53,14 +55,14 @@ func (s *Shard) apply(m *Inbound, now int64) {
 	switch m.Kind {
 	case InInstall:
 		if err := s.engine.Install(m.Snap); err != nil {
-			s.installErrors++
+			invariant.Violated(invariant.InstallRefused, err.Error())
 		}
 		s.fundingNews(m.Snap.Account)
 	case InBind:
-		if s.engine.Bind(m.Principal, m.Account) == nil {
+		if err := s.engine.Bind(m.Principal, m.Account); err == nil {
 			s.keys[m.Principal] = m.Digest
 		} else {
-			s.installErrors++
+			invariant.Violated(invariant.InstallRefused, err.Error())
 		}
 	case InUnbind:
 		s.engine.Unbind(m.Principal)
@@ -75,13 +77,18 @@ func (s *Shard) apply(m *Inbound, now int64) {
 		s.fundingNews(m.Account)
 	case InReclaimLease:
 		s.reclaimLease(m.Account, m.Token)
+	case InRetireLease:
+		s.retireLease(m.Account, m.Token)
+	case InExtendLease:
+		if l, err := s.engine.Lease(m.Account); err == nil {
+			l.Extend(m.Token, m.Until)
+			s.fundingNews(m.Account)
+		}
 	case InForward:
 		out := s.runOp(m.Op, core.ReservationFromID(m.Res), m.Principal, m.Units, now)
-		reply := Outbound{Kind: OutReply, Op: m.Op, From: s.cfg.ID, To: m.From, Ticket: m.Ticket,
-			Status: uint16(out.code), Reason: out.reason, Units: out.billed}
-		if !s.outbox.Push(reply) {
-			s.lostReplies++ // the forwarder answers 504 at its deadline
-		}
+		s.sendReliably(Outbound{Kind: OutReply, Op: m.Op, From: s.cfg.ID, To: m.From, Ticket: m.Ticket,
+			Status: uint16(out.code), Reason: out.reason, Units: out.billed})
+		s.outbox.Notify() // the forwarder's client is waiting
 	case InReply:
 		s.reply = opOutcome{code: outcomeCode(m.Status), reason: m.Reason, billed: m.Units}
 		s.replyOp = m.Op
@@ -99,7 +106,7 @@ func (s *Shard) apply(m *Inbound, now int64) {
 		s.cache.Forget(m.Principal)
 	case InShare:
 		if s.engine.SetShare(m.Account, m.Share) == nil {
-			s.send(Outbound{Kind: OutShareAck, From: s.cfg.ID, Account: m.Account, Seq: m.Seq,
+			s.sendReliably(Outbound{Kind: OutShareAck, From: s.cfg.ID, Account: m.Account, Seq: m.Seq,
 				InFlight: s.engine.AccountInFlight(m.Account)})
 		}
 	}
@@ -121,26 +128,29 @@ func (s *Shard) fail(ticket uint64, r core.DenyReason) {
 	s.complete(ticket, s.fillReply)
 }
 
-// flushRefills ships the engine's refill requests and any retired leases'
-// unspent units to the control plane. A request that finds the ring full
-// stays queued in the engine's lease flag and is sent on a later call.
+// flushRefills ships the engine's refill requests, share starvation and
+// the units of retired leases that fund nothing any more to the control
+// plane; none is dropped (outbox.go).
 func (s *Shard) flushRefills() {
 	s.refills = s.engine.DrainRefills(s.refills[:0])
 	for _, r := range s.refills {
-		if r.RateStarved && !s.send(Outbound{Kind: OutStarved, From: s.cfg.ID, Account: r.Account}) {
-			s.droppedRefills++
+		if r.RateStarved {
+			s.sendReliably(Outbound{Kind: OutStarved, From: s.cfg.ID, Account: r.Account})
 		}
-		if r.WantsFunds && !s.send(Outbound{Kind: OutRefill, From: s.cfg.ID, Account: r.Account, Units: r.Units,
-			Needed: r.Needed, Seq: s.grantSeq[r.Account]}) {
-			s.droppedRefills++
+		if r.WantsFunds {
+			s.sendReliably(Outbound{Kind: OutRefill, From: s.cfg.ID, Account: r.Account, Units: r.Units,
+				Needed: r.Needed, Seq: s.grantSeq[r.Account]})
+		}
+		if r.ReturnDue {
+			s.returnRetired(r.Account)
 		}
 	}
 }
 
 // reclaimLease hands back unspent lease units of account: the current
-// lease's if token is 0 or names it, and every retired lease that funds no
-// reservation any more. Units still held by reservations come back on a
-// later reclaim, once they settle.
+// lease's if token is 0 or names it (the lease stays current: the control
+// plane is moving units between shards), and every retired lease that
+// funds no reservation any more.
 func (s *Shard) reclaimLease(account core.AccountID, token uint64) {
 	l, err := s.engine.Lease(account)
 	if err != nil {
@@ -148,11 +158,34 @@ func (s *Shard) reclaimLease(account core.AccountID, token uint64) {
 	}
 	if token == 0 || token == l.Token() {
 		ret := l.TakeUnspent()
-		s.send(Outbound{Kind: OutReturn, From: s.cfg.ID, Account: account, Token: ret.Token, Units: ret.Units})
+		s.returnUnits(account, ret.Token, ret.Units)
+	}
+	s.returnRetired(account)
+}
+
+// retireLease stops using lease token of account, which the control plane
+// is handing back: its unspent units go back now, and what its
+// reservations leave when they settle follows on its own (ReturnDue).
+func (s *Shard) retireLease(account core.AccountID, token uint64) {
+	l, err := s.engine.Lease(account)
+	if err != nil {
+		return
+	}
+	ret := l.Retire(token)
+	s.returnUnits(account, ret.Token, ret.Units)
+	s.returnRetired(account)
+}
+
+// returnRetired returns the units of account's retired leases that fund
+// nothing any more.
+func (s *Shard) returnRetired(account core.AccountID) {
+	l, err := s.engine.Lease(account)
+	if err != nil {
+		return
 	}
 	s.retired = l.TakeRetired(s.retired[:0])
 	for _, ret := range s.retired {
-		s.send(Outbound{Kind: OutReturn, From: s.cfg.ID, Account: account, Token: ret.Token, Units: ret.Units})
+		s.returnUnits(account, ret.Token, ret.Units)
 	}
 }
 
@@ -177,7 +210,8 @@ func (s *Shard) applyGrant(m *Inbound) {
 		err = s.engine.GrantLease(m.Account, m.Token, m.Units, m.Until, m.LowWater)
 	}
 	if err != nil {
-		s.grantErrors++
-		s.send(Outbound{Kind: OutReturn, From: s.cfg.ID, Account: m.Account, Token: m.Token, Units: m.Units})
+		// The units go straight back: the plane must never count units
+		// as out in a shard that does not hold them.
+		s.returnUnits(m.Account, m.Token, m.Units)
 	}
 }

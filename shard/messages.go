@@ -16,13 +16,15 @@ const (
 	InEvidence                         // attach Evidence cell to Account
 	InForward                          // run Op on a reservation this shard owns, reply to From
 	InReply                            // the answer to an operation this shard forwarded
-	InReclaimLease                     // give back Account's unspent units: of lease Token (0: the current one), and of retired leases
+	InReclaimLease                     // give back Account's unspent units of lease Token (0: the current one), keeping it current, and of idle retired leases
 	InReady                            // initial state delivered: /readyz may say ready
 	InShare                            // set Account's Share of its limits; the shard acknowledges Seq
 	InDurable                          // usage events up to Seq are durable: release their answers
 	InBindPlatform                     // the platform token with Digest may call seed-000 routes
 	InUnbindPlatform                   // revoke the platform token Principal
 	InPostPaidDone                     // the post-paid Batch of Ticket is billed (or Failed)
+	InRetireLease                      // lease Token of Account is being handed back: stop using it, return its units (the rest once its reservations settle)
+	InExtendLease                      // lease Token of Account is usable until Until
 )
 
 // Inbound is one message from the control plane to a shard. Messages are
@@ -72,6 +74,7 @@ const (
 	OutStarved                     // Account's share refused a request here
 	OutShareAck                    // Account's share Seq applied, with InFlight reservations held
 	OutPostPaid                    // bill post-paid Batch, then answer Ticket
+	OutCommit                      // Usage (Units = its quote) was committed: journal it; Seq numbers it like usage
 )
 
 // Outbound is one message from a shard to the control plane.

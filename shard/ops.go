@@ -115,8 +115,17 @@ func (s *Shard) runOp(op Op, r core.Reservation, p core.Principal, units core.Co
 	var billed core.CostUnits
 	switch op {
 	case OpCommit:
+		if !s.reserveUsage() {
+			s.engine.CountDenial(core.DenyAccountingBackpressure)
+			return opOutcome{code: outcomeDenied, reason: core.DenyAccountingBackpressure}
+		}
 		if err = s.engine.AcquireCapacity(r); err == nil {
 			err = s.engine.Commit(r, s.requestID(now), now)
+		}
+		if ev, ok := s.engine.Committed(r, now); err == nil && ok {
+			s.sendReserved(OutCommit, &ev) // the journal entry: billed at its quote if this node dies before it ends
+		} else {
+			s.Release()
 		}
 	case OpFinish:
 		if units == core.MaxCostUnits {

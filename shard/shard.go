@@ -61,13 +61,12 @@ type Shard struct {
 	outbox *ring.Doorbell[Outbound] // shard → control plane
 
 	usageReserved int
-	usageSeq      uint64 // sequence of the last usage event sent
-	lostUsage     uint64 // usage events that found no ring room: must stay 0
+	usageSeq      uint64     // sequence of the last usage event (or commit) sent
+	pendingOut    []Outbound // messages waiting for ring room (outbox.go)
 	acks          ackQueue
 	fillAck       func(*fasthttp.Response)
 	postPaid      *PostPaidBatch // the batch being answered
 	fillPostPaid  func(*fasthttp.Response)
-	ackOversize   uint64
 
 	parser  fastjson.Parser
 	work    [MaxWorkLines]core.WorkItem
@@ -91,10 +90,9 @@ type Shard struct {
 	reply     opOutcome
 	replyOp   Op
 
-	installErrors, grantErrors, lostReplies, droppedRefills uint64
-	waited, waitsFull, waitsExpired, waitsAbandoned         uint64
-	pending                                                 func(ticket uint64) bool
-	pub                                                     publishedStats
+	waited, waitsFull, waitsExpired, waitsAbandoned uint64
+	pending                                         func(ticket uint64) bool
+	pub                                             publishedStats
 }
 
 // New returns a shard that receives from in and sends to out.

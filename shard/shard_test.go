@@ -76,8 +76,8 @@ func (h *harness) provision(id core.AccountID, key string, units core.CostUnits)
 	h.t.Helper()
 	h.unfunded(id, key)
 	h.grant(id, 1, units, t0)
-	if h.s.installErrors+h.s.grantErrors != 0 {
-		h.t.Fatalf("provisioning failed: %d install, %d grant errors", h.s.installErrors, h.s.grantErrors)
+	if l, err := h.s.engine.Lease(id); err != nil || l.Units() != units {
+		h.t.Fatalf("provisioning failed: lease %v", err)
 	}
 }
 

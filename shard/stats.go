@@ -11,11 +11,12 @@ import (
 // copies them here on its tick (PublishStats), so a scraper on another
 // goroutine never reads state the shard is changing.
 type Stats struct {
-	Engine      core.Counters
-	InFlight    int
-	LostUsage   uint64 // must stay 0: usage that found no ring room
-	LostReplies uint64
-	ParkedAcks  int // answers waiting for durable usage
+	Engine     core.Counters
+	InFlight   int
+	ParkedAcks int // answers waiting for durable usage
+	// PendingOut is the messages waiting for room in the ring to the
+	// control plane (outbox.go).
+	PendingOut int
 	// FundingWaiting is the requests waiting for funding now; FundingWaits
 	// counts every request that waited, FundingWaitsExpired those still
 	// refused at their deadline, FundingWaitsFull those refused at once
@@ -33,8 +34,8 @@ type publishedStats struct {
 // PublishStats copies the shard's counters for Stats. Call it on the
 // shard's thread.
 func (s *Shard) PublishStats() {
-	st := Stats{Engine: s.engine.Counters(), InFlight: s.engine.InFlight(), LostUsage: s.lostUsage,
-		LostReplies: s.lostReplies, ParkedAcks: int(s.acks.tail - s.acks.head),
+	st := Stats{Engine: s.engine.Counters(), InFlight: s.engine.InFlight(),
+		ParkedAcks: int(s.acks.tail - s.acks.head), PendingOut: len(s.pendingOut),
 		FundingWaiting: len(s.waits.order), FundingWaits: s.waited, FundingWaitsExpired: s.waitsExpired,
 		FundingWaitsFull: s.waitsFull, FundingWaitsAbandoned: s.waitsAbandoned}
 	s.pub.mu.Lock()

@@ -10,7 +10,7 @@ func TestStatsArePublishedOnRequest(t *testing.T) {
 		t.Fatalf("stats visible before publishing: %+v", st.Engine)
 	}
 	h.s.PublishStats()
-	if st := h.s.Stats(); st.Engine.Admitted != 1 || st.Engine.Finished != 1 || st.LostUsage != 0 {
+	if st := h.s.Stats(); st.Engine.Admitted != 1 || st.Engine.Finished != 1 || st.PendingOut != 0 {
 		t.Fatalf("published stats %+v", st)
 	}
 }

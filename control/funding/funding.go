@@ -1,0 +1,934 @@
+// Package funding decides how an account's money reaches the shards that
+// spend it: node leases from the ledger — acquired on demand, extended while
+// the account is busy, handed back when it is idle — and slices of them for
+// each shard that asks.
+//
+// It is a pure state machine in the style of etcd's raft: inputs are
+// methods (a shard's refill request, units returned, usage settled, a
+// ledger call's result, the time), and everything it wants done goes out
+// through Out (a grant for a shard, a ledger call, evidence to publish).
+// It reads no clock, does no I/O, and iterates nothing in random order, so
+// a seeded simulator replays it exactly.
+//
+// Per node lease it keeps an exact account, checked at every release:
+//
+//	granted == pool + out + spent
+//
+// pool: here, not sliced; out: sliced to shards and neither spent nor
+// returned; spent: usage settled against it. A lease is released only when
+// out == 0, claiming exactly pool as unspent, so the ledger is never told
+// a unit is unspent while a shard could still spend it.
+//
+// Ledger traffic follows demand, not requests: a lease is sized from the
+// account's measured draw over the lease's lifetime, extended about once
+// per RenewBefore while the account draws on it, and handed back once when
+// it does not — after which an idle account causes no ledger call at all.
+package funding
+
+import (
+	"container/heap"
+	"errors"
+	"math/bits"
+
+	"github.com/tollgated/tollgated/core"
+	"github.com/tollgated/tollgated/invariant"
+	"github.com/tollgated/tollgated/ledger"
+	"github.com/tollgated/tollgated/shard"
+)
+
+// Config sets the funding policy. Times are nanoseconds; zero picks the
+// default.
+type Config struct {
+	Shards int
+	Holder string // this node's id, recorded on every lease it acquires
+
+	TTL         int64 // a node lease's lifetime (60 s)
+	RenewBefore int64 // extend, or hand back, this long before expiry (TTL/2)
+	Margin      int64 // slices stop being usable this long before expiry (min(2 s, RenewBefore/4))
+
+	MinLease core.CostUnits // the smallest lease asked for: an account that has not spent yet (10,000)
+	MaxLease core.CostUnits // the largest (2^50)
+
+	// A shard's slice adapts to its spending within [MinSlice, MaxSlice]:
+	// doubled when the last one went within SliceFast, halved when it
+	// lasted longer than SliceSlow.
+	MinSlice, MaxSlice   core.CostUnits // 10,000 and 2^32
+	SliceFast, SliceSlow int64          // 250 ms and 2 s
+
+	// Retry is how long after a refusal or a failed call the machine waits
+	// before asking the ledger again on its own (1 s). New funding (a
+	// deposit, a budget) asks at once.
+	Retry int64
+	// Reclaim bounds how often the slices of one lease are asked back
+	// from the shards to fund a starving one (10 ms).
+	Reclaim int64
+	// SiblingIdle: when an account's scope is exhausted while units of it
+	// sit in the leases of sibling accounts on this node, a sibling's
+	// lease not drawn on for this long is handed back for it (1 s).
+	SiblingIdle int64
+	// MaxCalls bounds ledger calls in flight; more wait here, in order
+	// (256).
+	MaxCalls int
+}
+
+func (c *Config) setDefaults() {
+	def := func(v *int64, d int64) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&c.TTL, 60e9)
+	if c.RenewBefore <= 0 || c.RenewBefore >= c.TTL {
+		c.RenewBefore = c.TTL / 2
+	}
+	if c.Margin <= 0 || c.Margin >= c.RenewBefore {
+		c.Margin = min(2e9, c.RenewBefore/4)
+	}
+	if c.MinLease == 0 {
+		c.MinLease = 10_000
+	}
+	if c.MaxLease < c.MinLease {
+		c.MaxLease = max(c.MinLease, 1<<50)
+	}
+	if c.MinSlice == 0 {
+		c.MinSlice = 10_000
+	}
+	if c.MaxSlice < c.MinSlice {
+		c.MaxSlice = max(c.MinSlice, 1<<32)
+	}
+	def(&c.SliceFast, 250e6)
+	def(&c.SliceSlow, 2e9)
+	def(&c.Retry, 1e9)
+	def(&c.Reclaim, 10e6)
+	def(&c.SiblingIdle, 1e9)
+	if c.MaxCalls <= 0 {
+		c.MaxCalls = 256
+	}
+	if c.Shards <= 0 {
+		c.Shards = 1
+	}
+}
+
+// Out is what the machine asks of its shell.
+type Out interface {
+	// Grant queues a grant for shard; false means the shard's queue has no
+	// room for grants now (the shard stays wanting and is served later).
+	Grant(shard int, m shard.Inbound) bool
+	// Send queues a protocol message (a reclaim) for shard; it is never
+	// dropped.
+	Send(shard int, m shard.Inbound)
+	// Call runs a ledger call; its Result comes back through Done.
+	Call(c Call)
+	// Publish stores new funding evidence for account where shards read it.
+	Publish(account core.AccountID, ev core.FundingEvidence)
+}
+
+// CallKind names a ledger call.
+type CallKind uint8
+
+const (
+	CallAcquire CallKind = iota + 1
+	CallExtend
+	CallRelease
+)
+
+func (k CallKind) String() string {
+	switch k {
+	case CallAcquire:
+		return "acquire"
+	case CallExtend:
+		return "extend"
+	case CallRelease:
+		return "release"
+	}
+	return "call?"
+}
+
+// Call is one ledger call: Acquire(Account, holder, Want, Need, TTL, Now),
+// Extend(Lease, Token, Want, Need, TTL, Now) or Release(Lease, Token,
+// Unspent, Now).
+type Call struct {
+	ID           uint64
+	Kind         CallKind
+	Account      core.AccountID
+	Holder       string
+	Lease, Token uint64
+	Want, Need   core.CostUnits
+	Unspent      core.CostUnits
+	TTL, Now     int64
+}
+
+// Result is a Call's outcome. Err is nil, a *ledger.Refusal (with the
+// evidence also in Evidence), ledger.ErrPeriodEnded, or any failure.
+type Result struct {
+	ID          uint64
+	Lease       ledger.Lease
+	Evidence    core.FundingEvidence
+	HasEvidence bool
+	Err         error
+}
+
+// Stats counts what the machine did.
+type Stats struct {
+	Acquired, Extended, Released, Refused, Errors uint64
+	HandedBack, SiblingsHandedBack, Rotated      uint64
+	Grants, Reclaims                             uint64
+}
+
+// Machine is the funding state machine. It is not safe for concurrent use.
+type Machine struct {
+	cfg      Config
+	out      Out
+	accounts map[core.AccountID]*account
+	order    []*account // install order: deterministic iteration
+	under    map[core.AccountID][]*account
+	calls    map[uint64]*pending
+	waiting  []*pending // calls beyond MaxCalls, in order
+	nextCall uint64
+	timers   timerHeap
+	timerSeq uint64
+	// blocked[i] are accounts with a grant for shard i that found its
+	// queue full; Drained(i) serves them again.
+	blocked [][]*account
+	stats   Stats
+}
+
+// pending is a call in flight or waiting to be sent.
+type pending struct {
+	call  Call
+	acct  *account
+	lease *lease // extend, release
+}
+
+type account struct {
+	id        core.AccountID
+	scope     core.Scope
+	ancestors []core.AccountID // parent first
+	active    bool
+	cur       *lease
+	retiring  []*lease
+	shards    []slice
+	calling   bool           // an acquire or extend is in flight or waiting
+	need      core.CostUnits // largest quote refused and not yet funded
+	retryAt   int64
+	lastDraw  int64 // last refill asked or usage settled
+	drawn     core.CostUnits
+	markDrawn core.CostUnits // drawn at markAt
+	markAt    int64
+	rate      core.CostUnits // units per second, measured between calls
+	reclaimAt int64
+	ev        core.FundingEvidence
+	hasEv     bool
+	timerAt   int64 // the live timer entry's time; 0: none
+}
+
+type lease struct {
+	id, token               uint64
+	granted, pool, out      core.CostUnits
+	spent                   core.CostUnits
+	expires, renewedAt      int64
+	short, retiring, asked bool
+}
+
+// slice is the machine's view of one shard's slice of an account.
+type slice struct {
+	seq       uint64 // grants sent
+	size      core.CostUnits
+	lastGrant int64
+	wants     bool
+	needed    core.CostUnits
+}
+
+// New returns a machine that acts through out.
+func New(cfg Config, out Out) *Machine {
+	cfg.setDefaults()
+	return &Machine{cfg: cfg, out: out, accounts: make(map[core.AccountID]*account),
+		under: make(map[core.AccountID][]*account), calls: make(map[uint64]*pending),
+		blocked: make([][]*account, cfg.Shards)}
+}
+
+// Stats returns the machine's counters.
+func (m *Machine) Stats() Stats { return m.stats }
+
+// Install tells the machine of an account the shards now know, or of a
+// change of its standing (active: the account and every ancestor are
+// active). An account that stops being active hands its lease back.
+func (m *Machine) Install(id core.AccountID, scope core.Scope, ancestors []core.AccountID, active bool, now int64) {
+	a := m.accounts[id]
+	if a == nil {
+		a = &account{id: id, scope: scope, ancestors: ancestors, shards: make([]slice, m.cfg.Shards)}
+		m.accounts[id] = a
+		m.order = append(m.order, a)
+		for _, anc := range ancestors {
+			m.under[anc] = append(m.under[anc], a)
+		}
+	}
+	a.active = active
+	if !active && a.cur != nil {
+		m.handBack(a, a.cur, now)
+	}
+}
+
+// Refill is shard from asking for funding for account id: the largest
+// quote it refused was needed (0: it only crossed low water), and seq is
+// the last grant it applied — older than the last one sent means the
+// request was already answered.
+func (m *Machine) Refill(from int, id core.AccountID, needed core.CostUnits, seq uint64, now int64) {
+	a := m.accounts[id]
+	if a == nil || from < 0 || from >= len(a.shards) {
+		return
+	}
+	sl := &a.shards[from]
+	if seq < sl.seq {
+		return
+	}
+	sl.wants, sl.needed = true, max(sl.needed, needed)
+	a.need = max(a.need, needed)
+	a.lastDraw = now
+	m.serve(a, now)
+}
+
+// Return takes back units of lease token that shard from did not spend.
+func (m *Machine) Return(from int, id core.AccountID, token uint64, units core.CostUnits, now int64) {
+	a := m.accounts[id]
+	var l *lease
+	if a != nil {
+		l = a.lease(token)
+	}
+	if l == nil || units > l.out {
+		invariant.Violated(invariant.UnknownReturn, "units returned for a lease the plane did not slice them from")
+		return
+	}
+	l.out -= units
+	l.pool += units
+	a.drawn -= min(a.drawn, units)
+	if l.retiring {
+		m.quiesced(a, l)
+		return
+	}
+	m.serve(a, now)
+}
+
+// Settle records usage billed against lease token of account id.
+func (m *Machine) Settle(id core.AccountID, token uint64, units core.CostUnits, now int64) {
+	a := m.accounts[id]
+	var l *lease
+	if a != nil {
+		l = a.lease(token)
+	}
+	if l == nil || units > l.out {
+		invariant.Violated(invariant.UnknownSettle, "usage settled against a lease the plane does not hold")
+		return
+	}
+	l.out -= units
+	l.spent += units
+	a.lastDraw = now
+	if l.retiring {
+		m.quiesced(a, l)
+	}
+}
+
+// Evidence is new funding evidence for id from outside the machine (the
+// provisioner's refresh after a deposit, a budget, post-paid usage): it is
+// published, a refused account may ask again, and a lease holding more
+// than the ledger says the account can spend — a debt appeared — is handed
+// back, so its units repay the debt instead of being spent.
+func (m *Machine) Evidence(id core.AccountID, ev core.FundingEvidence, now int64) {
+	a := m.accounts[id]
+	if a == nil {
+		return
+	}
+	a.ev, a.hasEv = ev, true
+	m.out.Publish(id, ev)
+	a.retryAt = 0
+	if l := a.cur; l != nil && ev.Remaining < l.pool+l.out {
+		m.handBack(a, l, now)
+	}
+	if a.wanting() {
+		m.ensureCall(a, now)
+	}
+}
+
+// HandBackAll retires every lease, for shutdown: each is released once the
+// shards have returned their slices.
+func (m *Machine) HandBackAll(now int64) {
+	for _, a := range m.order {
+		if a.cur != nil {
+			m.handBack(a, a.cur, now)
+		}
+	}
+}
+
+// Quiet reports whether the machine holds no lease and has no call in
+// flight.
+func (m *Machine) Quiet() bool {
+	if len(m.calls) > 0 || len(m.waiting) > 0 {
+		return false
+	}
+	for _, a := range m.order {
+		if a.cur != nil || len(a.retiring) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// Holding reports the units this node holds for id: in its leases' pools
+// and in shards' slices, not yet spent.
+func (m *Machine) Holding(id core.AccountID) core.CostUnits {
+	a := m.accounts[id]
+	if a == nil {
+		return 0
+	}
+	var h core.CostUnits
+	if a.cur != nil {
+		h += a.cur.pool + a.cur.out
+	}
+	for _, l := range a.retiring {
+		h += l.pool + l.out
+	}
+	return h
+}
+
+// Drained is told that shard i's queue has room for grants again.
+func (m *Machine) Drained(i int, now int64) {
+	if i < 0 || i >= len(m.blocked) || len(m.blocked[i]) == 0 {
+		return
+	}
+	waiting := m.blocked[i]
+	m.blocked[i] = nil
+	for _, a := range waiting {
+		m.serve(a, now)
+	}
+}
+
+// Next is the earliest time Tick has work (0: none).
+func (m *Machine) Next() int64 {
+	for len(m.timers) > 0 {
+		t := m.timers[0]
+		if t.acct.timerAt == t.at {
+			return t.at
+		}
+		heap.Pop(&m.timers) // superseded
+	}
+	return 0
+}
+
+// Tick runs what is due at now: leases to extend or hand back, retries.
+func (m *Machine) Tick(now int64) {
+	for len(m.timers) > 0 && m.timers[0].at <= now {
+		t := heap.Pop(&m.timers).(timer)
+		a := t.acct
+		if a.timerAt != t.at {
+			continue // superseded
+		}
+		a.timerAt = 0
+		m.due(a, now)
+	}
+}
+
+// due handles an account whose timer fired.
+func (m *Machine) due(a *account, now int64) {
+	for _, l := range a.retiring {
+		if l.out > 0 {
+			m.askBack(a, l) // a shard could not retire it at once: ask again
+		}
+	}
+	if l := a.cur; l != nil && now >= l.expires-m.cfg.RenewBefore {
+		if a.lastDraw > l.renewedAt {
+			m.ensureCall(a, now) // busy: extend
+		} else {
+			m.handBack(a, l, now) // idle since its last renewal
+		}
+	}
+	if a.wanting() {
+		m.ensureCall(a, now)
+	}
+	m.arm(a, now)
+}
+
+// arm sets a's timer to the next time it needs a look: its lease's renewal
+// (not before a refusal's retry time), a retry while shards want funding,
+// or a re-ask of retiring leases whose slices have not all come back. An
+// account with a call in flight is re-armed when the call is done.
+func (m *Machine) arm(a *account, now int64) {
+	if a.calling {
+		return
+	}
+	var at int64
+	if l := a.cur; l != nil {
+		at = max(l.expires-m.cfg.RenewBefore, a.retryAt)
+	} else if a.wanting() && a.retryAt > now {
+		at = a.retryAt
+	}
+	if len(a.retiring) > 0 && (at == 0 || now+m.cfg.Retry < at) {
+		at = now + m.cfg.Retry
+	}
+	if at == 0 || at == a.timerAt {
+		return
+	}
+	at = max(at, now+1)
+	a.timerAt = at
+	m.timerSeq++
+	heap.Push(&m.timers, timer{at: at, seq: m.timerSeq, acct: a})
+}
+
+func (a *account) lease(token uint64) *lease {
+	if token == 0 {
+		return nil
+	}
+	if a.cur != nil && a.cur.token == token {
+		return a.cur
+	}
+	for _, l := range a.retiring {
+		if l.token == token {
+			return l
+		}
+	}
+	return nil
+}
+
+// wanting reports whether some shard asked for funding not yet sent.
+func (a *account) wanting() bool {
+	for i := range a.shards {
+		if a.shards[i].wants {
+			return true
+		}
+	}
+	return false
+}
+
+// serve grants slices of the current lease to the shards that want them,
+// and asks the ledger for more when the lease runs low, cannot fund a
+// wanting shard, or nears its renewal.
+func (m *Machine) serve(a *account, now int64) {
+	l := a.cur
+	if l == nil || now >= l.expires-m.cfg.Margin {
+		if a.wanting() {
+			m.ensureCall(a, now)
+		}
+		m.arm(a, now)
+		return
+	}
+	starving := false
+	for i := range a.shards {
+		sl := &a.shards[i]
+		if !sl.wants {
+			continue
+		}
+		units := m.sliceSize(a, l, i, now)
+		if units == 0 || units < sl.needed {
+			starving = true
+			continue
+		}
+		g := shard.Inbound{Kind: shard.InGrant, Account: a.id, Token: l.token, Units: units,
+			Until: l.expires - m.cfg.Margin, LowWater: units / 2, Seq: sl.seq + 1}
+		if !m.out.Grant(i, g) {
+			m.blocked[i] = append(m.blocked[i], a) // it stays wanting
+			continue
+		}
+		sl.seq++
+		sl.wants, sl.needed, sl.lastGrant, sl.size = false, 0, now, max(sl.size, units)
+		l.pool -= units
+		l.out += units
+		a.drawn += units
+		m.stats.Grants++
+	}
+	if !a.wanting() {
+		a.need = 0
+	}
+	low := l.pool < max(a.need, l.granted/4) && !l.short
+	if starving || low {
+		m.ensureCall(a, now)
+	}
+	if starving && l.pool < a.need && l.out > 0 {
+		m.reclaimSlices(a, l, now)
+	}
+	m.arm(a, now)
+}
+
+// sliceSize is what shard i gets next: its adaptive size, at most a fair
+// share of a short lease, at least the quote it needs, at most the pool.
+func (m *Machine) sliceSize(a *account, l *lease, i int, now int64) core.CostUnits {
+	sl := &a.shards[i]
+	s := sl.size
+	switch since := now - sl.lastGrant; {
+	case s == 0:
+		s = m.cfg.MinSlice
+	case since < m.cfg.SliceFast:
+		s = min(2*s, m.cfg.MaxSlice)
+	case since > m.cfg.SliceSlow:
+		s = max(s/2, m.cfg.MinSlice)
+	}
+	sl.size = s
+	if l.short {
+		// Near exhaustion the lease is all there is: split it over the
+		// shards, so the first to ask does not hold all of it.
+		s = min(s, max(l.granted/core.CostUnits(len(a.shards)), 1))
+	}
+	s = max(s, sl.needed)
+	return min(s, l.pool)
+}
+
+// reclaimSlices asks the shards holding slices of l to hand back what they
+// have not spent, so a starving shard can be funded from the returns; at
+// most once per Reclaim per account.
+func (m *Machine) reclaimSlices(a *account, l *lease, now int64) {
+	if now-a.reclaimAt < m.cfg.Reclaim && a.reclaimAt != 0 {
+		return
+	}
+	a.reclaimAt = now
+	m.stats.Reclaims++
+	for i := range a.shards {
+		if !a.shards[i].wants && a.shards[i].seq > 0 {
+			m.out.Send(i, shard.Inbound{Kind: shard.InReclaimLease, Account: a.id, Token: l.token})
+		}
+	}
+}
+
+// ensureCall asks the ledger for funding for a: a new lease when it holds
+// none (or its lease is past use), else an extension of the current one.
+// One such call per account at a time, none while a refusal is recent.
+func (m *Machine) ensureCall(a *account, now int64) {
+	if a.calling || now < a.retryAt || !a.active {
+		return
+	}
+	if l := a.cur; l != nil && now >= l.expires {
+		m.handBack(a, l, now) // dead: the ledger forfeits what was not returned in time
+	}
+	target := m.target(a, now)
+	c := Call{Account: a.id, Want: target, Need: a.need, TTL: m.cfg.TTL, Now: now}
+	var l *lease
+	if a.cur == nil {
+		c.Kind, c.Holder = CallAcquire, m.cfg.Holder
+	} else {
+		l = a.cur
+		c.Kind, c.Lease, c.Token = CallExtend, l.id, l.token
+		held := l.pool + l.out
+		c.Want = 0
+		if target > held {
+			c.Want = target - held
+		}
+		if a.need > l.pool {
+			c.Want = max(c.Want, a.need-l.pool)
+			c.Need = a.need - l.pool
+		} else {
+			c.Need = 0
+		}
+	}
+	a.calling = true
+	m.call(&pending{call: c, acct: a, lease: l})
+}
+
+// target sizes a lease from the account's draw: enough for a whole TTL at
+// the rate measured since the last call, but never below MinLease (nor
+// four times the quote waiting) and never above MaxLease. Until a draw has
+// been measured over at least 100 ms, a lease that ran dry doubles.
+func (m *Machine) target(a *account, now int64) core.CostUnits {
+	const window = 100e6
+	var t core.CostUnits
+	if elapsed := now - a.markAt; a.markAt != 0 && elapsed >= window {
+		drawn := a.drawn - min(a.markDrawn, a.drawn)
+		a.rate = max(perSecond(drawn, elapsed), a.rate/2)
+	} else if l := a.cur; l != nil && l.pool < l.granted/4 {
+		t = 2 * l.granted
+	}
+	a.markAt, a.markDrawn = now, a.drawn
+	t = max(t, scale(a.rate, m.cfg.TTL), m.cfg.MinLease, 4*a.need)
+	return min(t, m.cfg.MaxLease)
+}
+
+// perSecond is units drawn over elapsed ns, per second, saturating.
+func perSecond(units core.CostUnits, elapsed int64) core.CostUnits {
+	hi, lo := bits.Mul64(uint64(units), 1e9)
+	if hi >= uint64(elapsed) {
+		return core.MaxCostUnits
+	}
+	q, _ := bits.Div64(hi, lo, uint64(elapsed))
+	return core.CostUnits(q)
+}
+
+// scale is rate (per second) over d ns, saturating.
+func scale(rate core.CostUnits, d int64) core.CostUnits {
+	hi, lo := bits.Mul64(uint64(rate), uint64(d))
+	if hi >= 1e9 {
+		return core.MaxCostUnits
+	}
+	q, _ := bits.Div64(hi, lo, 1e9)
+	return core.CostUnits(q)
+}
+
+// call sends c now, or queues it behind MaxCalls calls in flight.
+func (m *Machine) call(p *pending) {
+	m.nextCall++
+	p.call.ID = m.nextCall
+	if len(m.calls) >= m.cfg.MaxCalls {
+		m.waiting = append(m.waiting, p)
+		return
+	}
+	m.calls[p.call.ID] = p
+	m.out.Call(p.call)
+}
+
+// handBack retires l: it stops funding new slices, every shard is asked for
+// what it holds of it, and it is released once they all came back.
+func (m *Machine) handBack(a *account, l *lease, now int64) {
+	if l.retiring {
+		return
+	}
+	l.retiring = true
+	if a.cur == l {
+		a.cur = nil
+	}
+	a.retiring = append(a.retiring, l)
+	m.stats.HandedBack++
+	if l.out == 0 {
+		m.quiesced(a, l)
+		return
+	}
+	m.askBack(a, l)
+	m.arm(a, now)
+}
+
+// askBack asks every shard that ever held a slice of a for what it holds of
+// the retired lease l.
+func (m *Machine) askBack(a *account, l *lease) {
+	for i := range a.shards {
+		if a.shards[i].seq > 0 {
+			m.out.Send(i, shard.Inbound{Kind: shard.InRetireLease, Account: a.id, Token: l.token})
+		}
+	}
+}
+
+// quiesced releases a retired lease whose slices have all come back.
+func (m *Machine) quiesced(a *account, l *lease) {
+	if l.out != 0 || l.asked {
+		return
+	}
+	if l.pool+l.spent != l.granted {
+		invariant.Violated(invariant.LeaseBooks, "a quiescent node lease's pool + spent != granted")
+	}
+	l.asked = true
+	m.call(&pending{call: Call{Kind: CallRelease, Account: a.id, Lease: l.id, Token: l.token, Unspent: l.pool}, acct: a, lease: l})
+}
+
+// Done applies a ledger call's result.
+func (m *Machine) Done(r Result, now int64) {
+	p := m.calls[r.ID]
+	if p == nil {
+		return
+	}
+	delete(m.calls, r.ID)
+	for len(m.waiting) > 0 && len(m.calls) < m.cfg.MaxCalls {
+		next := m.waiting[0]
+		m.waiting = m.waiting[1:]
+		next.call.Now = now
+		m.calls[next.call.ID] = next
+		m.out.Call(next.call)
+	}
+	a := p.acct
+	if r.HasEvidence {
+		a.ev, a.hasEv = r.Evidence, true
+		m.out.Publish(a.id, r.Evidence)
+	}
+	switch p.call.Kind {
+	case CallRelease:
+		m.released(a, p.lease, r, now)
+	case CallAcquire:
+		a.calling = false
+		m.acquired(a, p.call, r, now)
+	case CallExtend:
+		a.calling = false
+		m.extended(a, p.lease, p.call, r, now)
+	}
+	m.arm(a, now)
+}
+
+func (m *Machine) released(a *account, l *lease, r Result, now int64) {
+	for i, x := range a.retiring {
+		if x == l {
+			a.retiring = append(a.retiring[:i], a.retiring[i+1:]...)
+			break
+		}
+	}
+	if r.Err != nil {
+		// The lease is forfeited at expiry + grace: money stays bounded,
+		// but units this node could have returned are lost.
+		m.stats.Errors++
+		if errors.Is(r.Err, ledger.ErrInvalid) {
+			invariant.Violated(invariant.LedgerRefusedRelease, r.Err.Error())
+		}
+		return
+	}
+	m.stats.Released++
+	// Its units are back in the balance: accounts refused for want of them
+	// may ask again — this one, and any under the same scopes.
+	m.unblock(a, now)
+	for _, anc := range a.ancestors {
+		for _, b := range m.under[anc] {
+			m.unblock(b, now)
+		}
+	}
+}
+
+// unblock lets a refused account that still wants funding ask again now.
+func (m *Machine) unblock(a *account, now int64) {
+	if a.wanting() && a.retryAt > now {
+		a.retryAt = 0
+		m.ensureCall(a, now)
+	}
+}
+
+func (m *Machine) acquired(a *account, c Call, r Result, now int64) {
+	if r.Err != nil {
+		m.refused(a, r, now)
+		return
+	}
+	m.stats.Acquired++
+	g := r.Lease.Granted
+	// Granted less than asked: the account is near exhaustion. Slice it
+	// fairly and do not ask for more at low water (that would split a small
+	// balance into ever smaller leases); wait for news or Retry instead.
+	short := g < c.Want
+	l := &lease{id: r.Lease.ID, token: r.Lease.Token, granted: g, pool: g, expires: r.Lease.ExpiresAt,
+		renewedAt: now, short: short}
+	if short {
+		a.retryAt = now + m.cfg.Retry
+	}
+	if !a.active {
+		a.cur = l
+		m.handBack(a, l, now)
+		return
+	}
+	a.cur = l
+	m.grown(a, l)
+	m.serve(a, now)
+}
+
+func (m *Machine) extended(a *account, l *lease, c Call, r Result, now int64) {
+	if l != a.cur {
+		return // retired meanwhile; its release is under way or done
+	}
+	var refusal *ledger.Refusal
+	switch {
+	case errors.As(r.Err, &refusal):
+		m.stats.Refused++
+		m.handBack(a, l, now) // suspended or closed: stop using it
+		return
+	case errors.Is(r.Err, ledger.ErrPeriodEnded):
+		// A new budget period: the next lease takes its allowance; this
+		// one returns what it holds to the period it came from.
+		m.stats.Rotated++
+		m.handBack(a, l, now)
+		m.ensureCall(a, now)
+		return
+	case r.Err != nil:
+		m.stats.Errors++
+		a.retryAt = now + m.cfg.Retry
+		return
+	}
+	m.stats.Extended++
+	added := r.Lease.Granted - min(l.granted, r.Lease.Granted)
+	l.granted += added
+	l.pool += added
+	l.renewedAt = now
+	if r.Lease.ExpiresAt > l.expires {
+		l.expires = r.Lease.ExpiresAt
+		// Slices carry the time they stop being usable: move it for every
+		// shard that holds one, or they would stop at the old expiry.
+		for i := range a.shards {
+			if a.shards[i].seq > 0 {
+				m.out.Send(i, shard.Inbound{Kind: shard.InExtendLease, Account: a.id, Token: l.token, Until: l.expires - m.cfg.Margin})
+			}
+		}
+	}
+	if l.short = added < c.Want; l.short {
+		a.retryAt = now + m.cfg.Retry // near exhaustion: see acquired
+	}
+	m.grown(a, l)
+	m.serve(a, now)
+}
+
+// grown follows a grant that could not cover the quote waiting: the ledger
+// has no more for it, so the machine stops insisting (smaller requests keep
+// flowing) and the published evidence answers that quote; if units of the
+// exhausted scope sit idle in siblings' leases here, they are handed back.
+func (m *Machine) grown(a *account, l *lease) {
+	if a.need <= l.pool {
+		return
+	}
+	m.siblings(a, l.renewedAt)
+}
+
+// refused handles a refused or failed acquire.
+func (m *Machine) refused(a *account, r Result, now int64) {
+	a.retryAt = now + m.cfg.Retry
+	var refusal *ledger.Refusal
+	if !errors.As(r.Err, &refusal) {
+		m.stats.Errors++
+		return
+	}
+	m.stats.Refused++
+	if refusal.Reason != ledger.RefusedInactive && r.HasEvidence && r.Evidence.Remaining > 0 {
+		m.siblings(a, now)
+	}
+}
+
+// siblings hands back the idle leases this node holds for other accounts
+// under the scope whose exhaustion starves a: their units return to the
+// scope's balance, and a asks again once a release completes.
+func (m *Machine) siblings(a *account, now int64) {
+	scope := a.scopeAccount(a.ev.Scope)
+	if scope == "" || !a.hasEv || a.ev.Remaining == 0 {
+		return
+	}
+	for _, b := range m.under[scope] {
+		if b == a || b.cur == nil || now-b.lastDraw < m.cfg.SiblingIdle {
+			continue
+		}
+		m.stats.SiblingsHandedBack++
+		m.handBack(b, b.cur, now)
+	}
+	if s := m.accounts[scope]; s != nil && s != a && s.cur != nil && now-s.lastDraw >= m.cfg.SiblingIdle {
+		m.stats.SiblingsHandedBack++
+		m.handBack(s, s.cur, now)
+	}
+}
+
+// scopeAccount is the account of a's chain at scope s ("" if none).
+func (a *account) scopeAccount(s core.Scope) core.AccountID {
+	if s == a.scope {
+		return a.id
+	}
+	i := int(s) - int(a.scope) - 1
+	if i >= 0 && i < len(a.ancestors) {
+		return a.ancestors[i]
+	}
+	return ""
+}
+
+// timer is an entry of the machine's deadline heap; an entry whose time is
+// no longer its account's timerAt is stale and skipped.
+type timer struct {
+	at   int64
+	seq  uint64
+	acct *account
+}
+
+type timerHeap []timer
+
+func (h timerHeap) Len() int { return len(h) }
+func (h timerHeap) Less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	return h[i].seq < h[j].seq
+}
+func (h timerHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *timerHeap) Push(x any) { *h = append(*h, x.(timer)) }
+func (h *timerHeap) Pop() any {
+	old := *h
+	t := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return t
+}
