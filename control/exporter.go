@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tollgated/tollgated/control/record"
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/ledger"
 )
@@ -43,6 +44,9 @@ type Exporter struct {
 	// OnError, if set, hears every failed export (the daemon logs it); the
 	// records stay in the spool and are exported on a later pass.
 	OnError func(error)
+	// Floor, if set, bounds what the spool may drop: the plane's oldest
+	// open commit entry must stay for a restart to find it.
+	Floor func() uint64
 
 	wake                                   chan struct{}
 	accepted, duplicate, rejected, batches atomic.Uint64
@@ -132,11 +136,15 @@ func (e *Exporter) export(ctx context.Context, release bool) error {
 			break
 		}
 	}
-	if e.after > e.released && (release || time.Since(e.lastRelease) >= releaseEvery) {
-		if err := e.spool.Release(e.after); err != nil {
+	upTo := e.after
+	if e.Floor != nil {
+		upTo = min(upTo, e.Floor())
+	}
+	if upTo > e.released && (release || time.Since(e.lastRelease) >= releaseEvery) {
+		if err := e.spool.Release(upTo); err != nil {
 			return err
 		}
-		e.released, e.lastRelease = e.after, time.Now()
+		e.released, e.lastRelease = upTo, time.Now()
 	}
 	return nil
 }
@@ -144,9 +152,12 @@ func (e *Exporter) export(ctx context.Context, release bool) error {
 func (e *Exporter) exportBatch(ctx context.Context) (int, error) {
 	e.events, e.seqs = e.events[:0], e.seqs[:0]
 	last, err := e.spool.Read(e.after, e.batch, func(seq uint64, payload []byte) error {
-		u, err := decodeUsageRecord(payload)
+		k, u, err := record.Decode(payload)
 		if err != nil {
 			return fmt.Errorf("spool record %d: %w", seq, err)
+		}
+		if k == record.Commit {
+			return nil // a journal entry, not a bill
 		}
 		e.events = append(e.events, u)
 		e.seqs = append(e.seqs, seq)

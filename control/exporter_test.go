@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/tollgated/tollgated/control/record"
 	"github.com/tollgated/tollgated/ledger"
 	"github.com/tollgated/tollgated/ledger/boltstore"
 )
@@ -27,7 +28,7 @@ func exporterFixture(t *testing.T) (*memSpool, *boltstore.Store) {
 }
 
 func spoolUsage(s *memSpool, u ledger.Usage) {
-	s.Append(appendUsageRecord(nil, &u))
+	s.Append(record.Append(nil, record.Usage, &u))
 }
 
 func TestExporterBillsEachEventOnceAndReleases(t *testing.T) {

@@ -6,84 +6,46 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tollgated/tollgated/core"
+	"github.com/tollgated/tollgated/control/funding"
 	"github.com/tollgated/tollgated/ledger"
 )
 
-// ledgerWorker runs ledger calls for the plane on its own goroutine, so the
-// plane never waits for a disk. Jobs queue without bound (the plane must
-// never block on the worker); results go back to the plane as commands
-// (the worker may wait for the plane, never the reverse).
+// ledgerWorker runs the plane's ledger calls on its own goroutine, so the
+// plane never waits for a disk or a database. Results go back to the plane
+// as commands (the worker may wait for the plane, never the reverse). Its
+// queue needs no bound of its own: the funding machine keeps at most
+// MaxCalls calls out, and post-paid ingests are bounded by the batches the
+// shards have in flight.
 type ledgerWorker struct {
 	store   ledger.Store
 	timeout time.Duration
-
-	mu      sync.Mutex
-	queue   []queuedJob
-	wake    chan struct{}
-	quit    chan struct{}
-	done    chan struct{}
-	inCall  int
 	post    func(func())
-	started bool
+
+	mu     sync.Mutex
+	queue  []func()
+	inCall int
+	wake   chan struct{}
+	quit   chan struct{}
+	done   chan struct{}
+	once   sync.Once
 }
 
-type jobKind uint8
-
-const (
-	jobAcquire jobKind = iota + 1
-	jobConsolidate
-	jobRelease
-	jobIngest
-)
-
-type ledgerJob struct {
-	kind                jobKind
-	account             core.AccountID
-	lease, token        uint64
-	unspent, want, need core.CostUnits
-	ttl, now            int64
-	leaseExpires        int64 // consolidate: the old lease's expiry, to restore it if nothing happened
-	events              []ledger.Usage
-}
-
-type ledgerResult struct {
-	job      ledgerJob
-	lease    ledger.Lease
-	evidence *ledger.Evidence
-	err      error
-	released bool // consolidate: the old lease was released even though err != nil
-	results  []ledger.IngestResult
-}
-
-type queuedJob struct {
-	job ledgerJob
-	cb  func(ledgerResult)
-}
-
-func newLedgerWorker(store ledger.Store, timeout time.Duration) *ledgerWorker {
-	return &ledgerWorker{store: store, timeout: timeout, wake: make(chan struct{}, 1),
+func newLedgerWorker(store ledger.Store, timeout time.Duration, post func(func())) *ledgerWorker {
+	return &ledgerWorker{store: store, timeout: timeout, post: post, wake: make(chan struct{}, 1),
 		quit: make(chan struct{}), done: make(chan struct{})}
 }
 
-func (w *ledgerWorker) start(post func(func())) {
-	w.post = post
-	w.started = true
-	go w.run()
-}
+func (w *ledgerWorker) start() { go w.run() }
 
 // stop finishes the queued jobs and ends the goroutine.
 func (w *ledgerWorker) stop() {
-	if !w.started {
-		return
-	}
-	close(w.quit)
+	w.once.Do(func() { close(w.quit) })
 	<-w.done
 }
 
-func (w *ledgerWorker) submit(j ledgerJob, cb func(ledgerResult)) {
+func (w *ledgerWorker) submit(job func()) {
 	w.mu.Lock()
-	w.queue = append(w.queue, queuedJob{j, cb})
+	w.queue = append(w.queue, job)
 	w.mu.Unlock()
 	select {
 	case w.wake <- struct{}{}:
@@ -106,9 +68,8 @@ func (w *ledgerWorker) run() {
 		w.queue = nil
 		w.inCall = len(batch)
 		w.mu.Unlock()
-		for _, q := range batch {
-			r := w.call(q.job)
-			w.post(func() { q.cb(r) })
+		for _, job := range batch {
+			job()
 			w.mu.Lock()
 			w.inCall--
 			w.mu.Unlock()
@@ -119,49 +80,51 @@ func (w *ledgerWorker) run() {
 		select {
 		case <-w.wake:
 		case <-w.quit:
-			w.mu.Lock()
-			empty := len(w.queue) == 0
-			w.mu.Unlock()
-			if empty {
+			if w.pending() == 0 {
 				return
 			}
 		}
 	}
 }
 
-func (w *ledgerWorker) call(j ledgerJob) ledgerResult {
+// call runs a funding call and posts its result to done on the plane.
+func (w *ledgerWorker) call(c funding.Call, done func(funding.Result)) {
+	w.submit(func() {
+		r := w.run1(c)
+		w.post(func() { done(r) })
+	})
+}
+
+func (w *ledgerWorker) run1(c funding.Call) funding.Result {
 	ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
 	defer cancel()
-	r := ledgerResult{job: j}
-	switch j.kind {
-	case jobAcquire:
-		r.lease, r.err = w.evidenced(&r, func() (ledger.Lease, ledger.Evidence, error) {
-			return w.store.Acquire(ctx, j.account, j.want, j.need, j.ttl, j.now)
-		})
-	case jobConsolidate:
-		r.lease, r.err = w.evidenced(&r, func() (ledger.Lease, ledger.Evidence, error) {
-			return w.store.Consolidate(ctx, j.lease, j.token, j.unspent, j.want, j.need, j.ttl, j.now)
-		})
-		var refusal *ledger.Refusal
-		r.released = r.err == nil || errors.As(r.err, &refusal)
-	case jobRelease:
-		r.err = w.store.Release(ctx, j.lease, j.token, j.unspent, j.now)
-	case jobIngest:
-		r.results, r.err = w.store.Ingest(ctx, j.events, j.now)
+	r := funding.Result{ID: c.ID}
+	var ev ledger.Evidence
+	switch c.Kind {
+	case funding.CallAcquire:
+		r.Lease, ev, r.Err = w.store.Acquire(ctx, c.Account, c.Holder, c.Want, c.Need, c.TTL, c.Now)
+	case funding.CallExtend:
+		r.Lease, ev, r.Err = w.store.Extend(ctx, c.Lease, c.Token, c.Want, c.Need, c.TTL, c.Now)
+	case funding.CallRelease:
+		r.Err = w.store.Release(ctx, c.Lease, c.Token, c.Unspent, c.Now)
+		return r
+	}
+	var refusal *ledger.Refusal
+	switch {
+	case r.Err == nil:
+		r.Evidence, r.HasEvidence = ev, true
+	case errors.As(r.Err, &refusal):
+		r.Evidence, r.HasEvidence = refusal.Evidence, true
 	}
 	return r
 }
 
-// evidenced runs a granting call and keeps the evidence it carries, from a
-// grant or from a refusal.
-func (w *ledgerWorker) evidenced(r *ledgerResult, call func() (ledger.Lease, ledger.Evidence, error)) (ledger.Lease, error) {
-	l, ev, err := call()
-	var refusal *ledger.Refusal
-	switch {
-	case err == nil:
-		r.evidence = &ev
-	case errors.As(err, &refusal):
-		r.evidence = &refusal.Evidence
-	}
-	return l, err
+// ingest bills post-paid events and posts the outcome to done on the plane.
+func (w *ledgerWorker) ingest(events []ledger.Usage, now int64, done func([]ledger.IngestResult, error)) {
+	w.submit(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
+		res, err := w.store.Ingest(ctx, events, now)
+		cancel()
+		w.post(func() { done(res, err) })
+	})
 }

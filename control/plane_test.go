@@ -2,174 +2,27 @@ package control
 
 import (
 	"bytes"
-	"strconv"
-	"sync"
-	"sync/atomic"
+	"context"
 	"testing"
 	"time"
 
-	"github.com/valyala/fasthttp"
-
 	"github.com/tollgated/tollgated/core"
-	"github.com/tollgated/tollgated/credential"
-	"github.com/tollgated/tollgated/ring"
-	"github.com/tollgated/tollgated/shard"
+	"github.com/tollgated/tollgated/ledger"
 )
 
-var secret = bytes.Repeat([]byte{5}, 32)
-
-// node is a plane with n shards, each driven by a test goroutine that
-// polls it and serves requests handed to it.
-type node struct {
-	t      *testing.T
-	plane  *Plane
-	shards []*shard.Shard
-	funder *MemoryFunder
-	usage  *MemoryUsage
-	stop   chan struct{}
-	wg     sync.WaitGroup
-	mu     []sync.Mutex // serialises a test's use of a shard with its driver
-}
-
-func newNode(t *testing.T, n int) *node {
-	t.Helper()
-	nd := &node{funder: NewMemoryFunder(3600e9), usage: &MemoryUsage{}}
-	return startNode(t, nd, n, Config{Slice: 1 << 30}, nd.funder, nd.usage)
-}
-
-// startNode runs a plane over n shards funded by funder; the shards hold
-// answers for durable usage when cfg has a spool.
-func startNode(t *testing.T, nd *node, n int, cfg Config, funder Funder, usage UsageSink) *node {
-	t.Helper()
-	nd.t, nd.stop, nd.mu = t, make(chan struct{}), make([]sync.Mutex, n)
-	var links []Link
-	for i := range n {
-		inR, _ := ring.New[shard.Inbound](1024)
-		outR, _ := ring.New[shard.Outbound](1 << 14)
-		in, _ := ring.NewDoorbell(inR)
-		out, _ := ring.NewDoorbell(outR)
-		s, err := shard.New(shard.Config{ID: uint16(i), Secret: secret, MaxReservations: 4096}, in, out)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.SetCompleter(func(uint64, func(*fasthttp.Response)) {})
-		nd.shards = append(nd.shards, s)
-		links = append(links, Link{In: in, Out: out})
-	}
-	p, err := New(cfg, links, funder, usage)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nd.plane = p
-	nd.wg.Add(1)
-	go func() { defer nd.wg.Done(); p.Run(nd.stop) }()
-	for i := range n {
-		nd.wg.Add(1)
-		go func() {
-			defer nd.wg.Done()
-			for {
-				select {
-				case <-nd.stop:
-					return
-				default:
-				}
-				nd.mu[i].Lock()
-				nd.shards[i].Poll(time.Now().UnixNano())
-				nd.mu[i].Unlock()
-				time.Sleep(50 * time.Microsecond)
-			}
-		}()
-	}
-	t.Cleanup(func() { close(nd.stop); nd.wg.Wait() })
-	return nd
-}
-
-func (nd *node) provision(id core.AccountID, key string, limits core.Limits, deposit core.CostUnits) {
-	nd.t.Helper()
-	if err := nd.funder.Deposit(id, deposit, core.ScopeAgent); err != nil {
-		nd.t.Fatal(err)
-	}
-	snap := &core.Snapshot{Account: id, Generation: 1, Permissions: 1, PermissionNames: []string{"chat"}, Limits: limits,
-		Costs: core.CostTable{Classes: []core.OpClass{{Name: "requests", Weight: 1}}}}
-	if err := nd.plane.Install(snap); err != nil {
-		nd.t.Fatal(err)
-	}
-	nd.plane.Prefund(id)
-	h, _ := credential.NewHasher(secret)
-	d, _ := h.Digest([]byte(key))
-	nd.plane.BindKey(d, id)
-	nd.plane.MarkReady()
-	deadline := time.Now().Add(5 * time.Second)
-	for !nd.ready(id) {
-		if time.Now().After(deadline) {
-			nd.t.Fatal("shards never got the account")
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-// ready reports whether every shard can admit for id.
-func (nd *node) ready(id core.AccountID) bool {
-	for i := range nd.shards {
-		if st, _ := nd.check(i, "key-"+string(id), 0); st == 401 || st == 503 {
-			return false
-		}
-	}
-	return true
-}
-
-// check serves one /v1/check of count requests on shard i (count 0 is a
-// probe that is refused as an empty workload once the account is there).
-func (nd *node) check(i int, key string, count int) (int, []byte) {
-	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	req.Header.SetMethod("POST")
-	req.SetRequestURI("/v1/check")
-	req.Header.Set("Authorization", "Bearer "+key)
-	if count == 0 {
-		req.SetBodyString(`{"workload":[]}`)
-	} else {
-		req.SetBodyString(`{"workload":[{"op":"requests","count":` + strconv.Itoa(count) + `}]}`)
-	}
-	nd.mu[i].Lock()
-	nd.shards[i].Serve(&shard.Request{Req: req, Resp: resp, Now: time.Now().UnixNano()})
-	nd.mu[i].Unlock()
-	return resp.StatusCode(), append([]byte(nil), resp.Body()...)
-}
-
-// hammer sends checks on the given shards as fast as it can for d and
-// returns how many were admitted, and when it started.
-func (nd *node) hammer(shards []int, key string, d time.Duration) int64 {
-	var admitted atomic.Int64
-	var wg sync.WaitGroup
-	end := time.Now().Add(d)
-	for _, i := range shards {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for time.Now().Before(end) {
-				if st, _ := nd.check(i, key, 1); st == 200 {
-					admitted.Add(1)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return admitted.Load()
-}
+const rateLimits = `"request_rate":2000,"request_burst":200`
 
 // TestRateLimitIsExactAcrossShards: with the account limited to R
 // requests/s (burst B), traffic spread over every shard never gets more than
-// R×t + B admitted, and the usage billed matches what was admitted.
+// R×t + B admitted.
 func TestRateLimitIsExactAcrossShards(t *testing.T) {
-	nd := newNode(t, 4)
-	limits := core.Limits{MaxItems: 10, RequestRate: 2000, RequestBurst: 200, HoldTimeout: 10e9}
-	nd.provision("acme", "key-acme", limits, 1<<40)
+	nd := newNode(t, 4, LeaseConfig{TTL: time.Minute})
+	nd.open("acme", "key-acme", 1<<40, rateLimits)
+	nd.waitStatus(0, "key-acme", 200, 5*time.Second)
 	start := time.Now()
 	got := nd.hammer([]int{0, 1, 2, 3}, "key-acme", 1500*time.Millisecond)
 	elapsed := time.Since(start).Seconds()
-	bound := int64(float64(limits.RequestRate)*elapsed) + int64(limits.RequestBurst)
+	bound := int64(2000*elapsed) + 200 + 1 // +1: the probe above
 	if got > bound {
 		t.Fatalf("admitted %d > R×t+B = %d over %.2fs across 4 shards", got, bound, elapsed)
 	}
@@ -182,92 +35,224 @@ func TestRateLimitIsExactAcrossShards(t *testing.T) {
 // TestOneShardCanUseNearlyTheWholeLimit: when all traffic lands on one
 // shard, shares move to it and it admits at least 90% of R×t.
 func TestOneShardCanUseNearlyTheWholeLimit(t *testing.T) {
-	nd := newNode(t, 4)
-	limits := core.Limits{MaxItems: 10, RequestRate: 2000, RequestBurst: 200, HoldTimeout: 10e9}
-	nd.provision("acme", "key-acme", limits, 1<<40)
+	nd := newNode(t, 4, LeaseConfig{TTL: time.Minute})
+	nd.open("acme", "key-acme", 1<<40, rateLimits)
+	nd.waitStatus(2, "key-acme", 200, 5*time.Second)
 	nd.hammer([]int{2}, "key-acme", 300*time.Millisecond) // let the shares follow the traffic
 	start := time.Now()
 	got := nd.hammer([]int{2}, "key-acme", 1500*time.Millisecond)
 	elapsed := time.Since(start).Seconds()
-	floor := int64(0.9 * float64(limits.RequestRate) * elapsed)
-	if got < floor {
+	if floor := int64(0.9 * 2000 * elapsed); got < floor {
 		t.Fatalf("one shard admitted %d < 90%% of R×t = %d", got, floor)
 	}
-	if st := nd.plane.Stats(); st.Rebalances == 0 {
-		t.Fatalf("no rebalance happened: %+v", st)
+	if st := nd.stats(); st.Shares.Rebalances == 0 {
+		t.Fatalf("no rebalance happened: %+v", st.Shares)
 	}
 }
 
-func TestUsageReachesTheSinkAndFunderSettles(t *testing.T) {
-	nd := newNode(t, 2)
-	nd.provision("acme", "key-acme", core.Limits{MaxItems: 10, HoldTimeout: 10e9}, 1000)
-	for range 10 {
-		if st, body := nd.check(1, "key-acme", 1); st != 200 {
-			t.Fatalf("check = %d %s", st, body)
-		}
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for len(nd.usage.Events()) < 10 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of 10 usage events arrived", len(nd.usage.Events()))
-		}
-		time.Sleep(time.Millisecond)
-	}
-	bal, out := nd.funder.Balance("acme")
-	if bal+out != 990 {
-		t.Fatalf("balance %d + outstanding %d != 1000 - 10 billed", bal, out)
-	}
-}
-
-func TestExhaustedBalanceAnswers402(t *testing.T) {
-	nd := newNode(t, 2)
-	nd.provision("acme", "key-acme", core.Limits{MaxItems: 10, HoldTimeout: 10e9}, 3)
-	admitted := 0
-	var last int
-	var body []byte
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		st, b := nd.check(0, "key-acme", 1)
-		if st == 200 {
-			admitted++
-		}
-		last, body = st, b
-		if st == 402 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
-	if last != 402 || !bytes.Contains(body, []byte(`"code":"balance-exhausted"`)) {
-		t.Fatalf("never answered 402: last %d %s", last, body)
-	}
-	if admitted > 3 {
-		t.Fatalf("admitted %d with a balance of 3", admitted)
-	}
-}
-
-// TestFundingFollowsTrafficToOneShard: units granted to idle shards are
-// reclaimed for the busy one, so one shard can spend the whole balance, and
+// TestFundingFollowsTrafficToOneShard: units sliced to idle shards come
+// back for the busy one, so one shard can spend the whole balance, and
 // never more.
 func TestFundingFollowsTrafficToOneShard(t *testing.T) {
-	nd := newNode(t, 3)
-	nd.provision("acme", "key-acme", core.Limits{MaxItems: 10, HoldTimeout: 10e9}, 100)
-	admitted := 0
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		st, body := nd.check(1, "key-acme", 1)
-		if st == 200 {
-			admitted++
-			continue
+	nd := newNode(t, 3, LeaseConfig{TTL: time.Minute})
+	nd.open("acme", "key-acme", 100, "")
+	admitted, last, body := nd.spend([]int{1}, "key-acme", 10*time.Second)
+	if admitted != 100 || last != 402 {
+		t.Fatalf("one shard admitted %d of a balance of 100; last %d %s", admitted, last, body)
+	}
+}
+
+// TestLedgerFundsEveryUnitAndThenAnswers402: with the whole balance spread
+// over node leases and shard slices, every unit can be spent — none is
+// stranded in a retired lease or an idle shard — then the shards answer
+// 402 balance-exhausted, and the ledger bills exactly what was admitted.
+func TestLedgerFundsEveryUnitAndThenAnswers402(t *testing.T) {
+	nd := newNode(t, 2, LeaseConfig{TTL: time.Minute, MinLease: 4000})
+	nd.open("acme", "key-acme", 25_000, "")
+	admitted, last, body := nd.spend([]int{0, 1}, "key-acme", 20*time.Second)
+	if last != 402 || !bytes.Contains(body, []byte("balance-exhausted")) {
+		acct, _ := nd.store.Account(context.Background(), "acme")
+		st, b := nd.check(0, "key-acme", 1)
+		t.Fatalf("after %d admitted: last answer %d %s; plane %+v; exporter %+v; ledger %+v; now %d %s", admitted, last, body, nd.stats(), nd.exporter.Stats(), acct, st, b)
+	}
+	if admitted != 25_000 {
+		t.Fatalf("admitted %d of a balance of 25000", admitted)
+	}
+	if err := nd.exporter.Export(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	acct, _ := nd.store.Account(context.Background(), "acme")
+	if acct.Settled != 25_000 || acct.Loss != 0 {
+		t.Fatalf("ledger: settled %d loss %d", acct.Settled, acct.Loss)
+	}
+	if err := nd.store.Check(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("funding: %+v", nd.stats().Funding)
+}
+
+// TestSuspensionReachesEveryShardWithin100ms: a status change published
+// through the Provisioner (as the admin API does) is pushed to the shards:
+// every shard refuses the account's next request within 100 ms, and a
+// reactivation admits again as fast.
+func TestSuspensionReachesEveryShardWithin100ms(t *testing.T) {
+	nd := newNode(t, 3, LeaseConfig{TTL: time.Minute})
+	nd.open("acme", "key-acme", 1_000_000, "")
+	for i := range nd.shards {
+		nd.waitStatus(i, "key-acme", 200, 5*time.Second)
+	}
+	for _, st := range []struct {
+		status core.Status
+		want   int
+	}{{core.StatusSuspended, 403}, {core.StatusActive, 200}} {
+		acct, err := nd.store.SetStatus(context.Background(), "acme", st.status)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if st == 402 {
+		start := time.Now()
+		if err := nd.prov.AccountChanged(acct); err != nil {
+			t.Fatal(err)
+		}
+		for i := range nd.shards {
+			nd.waitStatus(i, "key-acme", st.want, 100*time.Millisecond-time.Since(start))
+		}
+		t.Logf("status %v on all shards %v after the ledger change", st.status, time.Since(start))
+	}
+}
+
+// TestSuspendingAScopeStopsEveryAccountBelowIt: suspending an org stops
+// its agent at once with 403 account-suspended naming the org's scope;
+// reactivating it admits again.
+func TestSuspendingAScopeStopsEveryAccountBelowIt(t *testing.T) {
+	nd := newNode(t, 2, LeaseConfig{TTL: time.Minute})
+	ctx := context.Background()
+	now := time.Now().UnixNano()
+	for _, spec := range []ledger.AccountSpec{{ID: "org"}, {ID: "ws", Parent: "org", Unmetered: true}} {
+		if _, _, err := nd.store.CreateAccount(ctx, spec, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := nd.store.Deposit(ctx, "org", 1_000_000, "d", now); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := nd.store.CreateAccount(ctx, ledger.AccountSpec{ID: "agent", Parent: "ws", Unmetered: true}, now); err != nil {
+		t.Fatal(err)
+	}
+	nd.open("lone", "key-lone", 10, "") // a bystander
+	if _, err := nd.store.SetPolicy(ctx, "agent", []byte(sprintfPolicy(""))); err != nil {
+		t.Fatal(err)
+	}
+	nd.bindKey("agent", "key-agent")
+	nd.waitStatus(0, "key-agent", 200, 5*time.Second)
+	for _, c := range []struct {
+		status core.Status
+		want   int
+		scope  string
+	}{{core.StatusSuspended, 403, `"scope":"org"`}, {core.StatusActive, 200, ""}} {
+		org, err := nd.store.SetStatus(ctx, "org", c.status)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := nd.prov.AccountChanged(org); err != nil {
+			t.Fatal(err)
+		}
+		for i := range nd.shards {
+			nd.waitStatus(i, "key-agent", c.want, time.Second)
+		}
+		if _, body := nd.check(1, "key-agent", 1); !bytes.Contains(body, []byte(c.scope)) {
+			t.Fatalf("%v: %s does not name %s", c.status, body, c.scope)
+		}
+	}
+}
+
+// bindKey adds key for id through the ledger and the provisioner.
+func (nd *node) bindKey(id core.AccountID, key string) {
+	nd.t.Helper()
+	ctx := context.Background()
+	acct, err := nd.store.Account(ctx, id)
+	if err != nil {
+		nd.t.Fatal(err)
+	}
+	if err := nd.prov.AccountChanged(acct); err != nil {
+		nd.t.Fatal(err)
+	}
+	h, _ := newTestHasher()
+	d, _ := h.Digest([]byte(key))
+	if err := nd.store.AddKey(ctx, ledger.Key{ID: "k-" + key, Account: id, Digest: d}); err != nil {
+		nd.t.Fatal(err)
+	}
+	nd.prov.BindKey(d, id)
+}
+
+// TestAQuoteAboveTheLeaseGrowsIt: a quote larger than the node lease is
+// funded by extending that lease to the quote, not by a second lease.
+func TestAQuoteAboveTheLeaseGrowsIt(t *testing.T) {
+	nd := newNode(t, 2, LeaseConfig{TTL: time.Minute, MinLease: 1000})
+	nd.open("acme", "key-acme", 1_000_000, "")
+	nd.waitStatus(0, "key-acme", 200, 5*time.Second)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st, body := nd.check(0, "key-acme", 50_000)
+		if st == 200 {
 			break
 		}
-		if st != 503 {
-			t.Fatalf("unexpected %d %s", st, body)
+		if time.Now().After(deadline) {
+			t.Fatalf("a 50,000-unit quote never funded: %d %s", st, body)
 		}
-		time.Sleep(200 * time.Microsecond)
+		time.Sleep(time.Millisecond)
 	}
-	if admitted != 100 {
-		t.Fatalf("one shard admitted %d of a balance of 100", admitted)
+	active, err := nd.store.Leases(context.Background(), true)
+	if err != nil || len(active) != 1 || active[0].Granted < 50_000 {
+		t.Fatalf("active leases %+v (%v): want one, grown to the quote", active, err)
+	}
+	if f := nd.stats().Funding; f.Acquired != 1 || f.Extended == 0 {
+		t.Fatalf("funding %+v: want one lease, extended", f)
+	}
+}
+
+// TestAnUnfundableQuoteDoesNotStarveSmallOnes: a quote larger than the
+// whole balance is refused 402 balance-insufficient, and requests that fit
+// keep being admitted.
+func TestAnUnfundableQuoteDoesNotStarveSmallOnes(t *testing.T) {
+	nd := newNode(t, 2, LeaseConfig{TTL: time.Minute, MinLease: 1000})
+	nd.open("acme", "key-acme", 20_000, "")
+	nd.waitStatus(0, "key-acme", 200, 5*time.Second)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st, body := nd.check(0, "key-acme", 50_000)
+		if st == 402 && bytes.Contains(body, []byte("balance-insufficient")) {
+			break
+		}
+		if st == 200 || time.Now().After(deadline) {
+			t.Fatalf("a quote above the balance: %d %s", st, body)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for i := range nd.shards {
+		nd.waitStatus(i, "key-acme", 200, 2*time.Second)
+	}
+}
+
+// TestAnIdleAccountsLeaseIsHandedBackOnce: after one request, an account
+// that sees no more traffic hands its lease back once and then causes no
+// ledger call at all.
+func TestAnIdleAccountsLeaseIsHandedBackOnce(t *testing.T) {
+	nd := newNode(t, 2, LeaseConfig{TTL: 300 * time.Millisecond})
+	nd.open("acme", "key-acme", 100_000, "")
+	nd.waitStatus(0, "key-acme", 200, 5*time.Second)
+	time.Sleep(600 * time.Millisecond) // two lifetimes
+	before := nd.stats().Funding
+	time.Sleep(900 * time.Millisecond) // three more
+	after := nd.stats().Funding
+	t.Logf("after 0.6 s idle: %+v; 0.9 s later: %+v", before, after)
+	if before.Released != 1 || after != before {
+		t.Fatalf("an idle account's lease: released %d, then %+v → %+v", before.Released, before, after)
+	}
+	if active, _ := nd.store.Leases(context.Background(), true); len(active) != 0 {
+		t.Fatalf("still active: %+v", active)
+	}
+	acct, _ := nd.store.Account(context.Background(), "acme")
+	if acct.Loss != 0 || acct.Outstanding != 0 {
+		t.Fatalf("handed back with loss %d, outstanding %d", acct.Loss, acct.Outstanding)
 	}
 }

@@ -27,6 +27,9 @@ type Provisioner struct {
 	// Grace is how long past a lease's expiry its holder may still release
 	// it before the ledger forfeits its remainder.
 	Grace time.Duration
+	// OnError, if set, hears credential changes that could not be pushed
+	// to the shards (the daemon logs them).
+	OnError func(error)
 	// EventRetention is how long the ledger remembers a usage event's id
 	// after ingesting it: a re-sent event is a duplicate within it and new
 	// after it. It bounds the ledger's growth (DefaultEventRetention).
@@ -67,11 +70,31 @@ func (v *Provisioner) AccountChanged(acct ledger.Account) error {
 	if err != nil {
 		return err
 	}
+	// Descendants inherit standing and their generation includes acct's:
+	// reinstall them (a no-op for those whose snapshot did not move).
+	for _, id := range ids[1:] {
+		d, err := v.store.Account(ctx, id)
+		if err != nil {
+			return err
+		}
+		if err := v.install(ctx, d); err != nil {
+			return err
+		}
+	}
 	return v.refreshEvidence(ctx, ids)
 }
 
 // install compiles acct and installs it on every shard; an older or equal
 // generation than the one installed is not an error (nothing to do).
+//
+// A snapshot carries the account's effective standing: the worst status of
+// its chain (closed over suspended over active), naming the scope it comes
+// from, so suspending an org or a workspace stops every account below it
+// at once — on /v1/check, the staged routes and /v1/admission — and
+// reactivating it restores them. Its generation is the sum of the chain's
+// generations, which grows whenever any of them changes, so a change of
+// an ancestor reinstalls every descendant, and every node computes the
+// same number.
 func (v *Provisioner) install(ctx context.Context, acct ledger.Account) error {
 	c, err := policy.Compile(acct)
 	if err != nil {
@@ -84,15 +107,31 @@ func (v *Provisioner) install(ctx context.Context, acct ledger.Account) error {
 		if err != nil {
 			return fmt.Errorf("control: ancestor %s of %s: %w", parent, acct.ID, err)
 		}
+		snap.Generation += pa.PolicyGeneration
+		if worse(pa.Status, snap.Status) {
+			snap.Status, snap.StatusScope = pa.Status, pa.Scope
+		}
 		parent = pa.Parent
 	}
 	if err := v.plane.Install(snap); err != nil && !errors.Is(err, core.ErrOlderGeneration) {
 		return err
 	}
-	if len(acct.Policy) > 0 && acct.Status == core.StatusActive {
-		v.plane.Prefund(acct.ID) // a data-plane account: fund its shards ahead of its first request
-	}
 	return nil
+}
+
+// worse reports whether standing a stops an account more than b does:
+// closed over suspended over active. Ties keep the account closest to the
+// leaf, which install meets first.
+func worse(a, b core.Status) bool { return rank(a) > rank(b) }
+
+func rank(s core.Status) int {
+	switch s {
+	case core.StatusClosed:
+		return 2
+	case core.StatusSuspended:
+		return 1
+	}
+	return 0
 }
 
 // refreshEvidence reads ids' funding evidence from the ledger and publishes
@@ -106,18 +145,6 @@ func (v *Provisioner) refreshEvidence(ctx context.Context, ids []core.AccountID)
 		v.plane.FundingChanged(id, ev)
 	}
 	return nil
-}
-
-// FundingChanged publishes new evidence for id and lets the funder ask the
-// ledger again if it had been refused.
-func (p *Plane) FundingChanged(id core.AccountID, ev core.FundingEvidence) {
-	p.Do(func() {
-		p.publishEvidence(id, ev)
-		if p.ledger != nil {
-			p.ledger.Refresh(id)
-		}
-		p.fundStarving(id)
-	})
 }
 
 // UsageChanged is the exporter's hook: post-paid usage moved balances of
@@ -144,12 +171,25 @@ func (v *Provisioner) UsageChanged(ids []core.AccountID) {
 
 // BindKey, RevokeKey, BindPlatformToken and RevokePlatformToken pass
 // credential changes to every shard.
+// A change that cannot reach the shards within the plane's provisioning
+// wait is logged by the plane's caller; the ledger holds it, and the next
+// start loads it.
 func (v *Provisioner) BindKey(d credential.Digest, account core.AccountID) {
-	v.plane.BindKey(d, account)
+	v.report(v.plane.BindKey(d, account))
 }
-func (v *Provisioner) RevokeKey(d credential.Digest)           { v.plane.RevokeKey(d) }
-func (v *Provisioner) BindPlatformToken(d credential.Digest)   { v.plane.BindPlatformToken(d) }
-func (v *Provisioner) RevokePlatformToken(d credential.Digest) { v.plane.RevokePlatformToken(d) }
+func (v *Provisioner) RevokeKey(d credential.Digest) { v.report(v.plane.RevokeKey(d)) }
+func (v *Provisioner) BindPlatformToken(d credential.Digest) {
+	v.report(v.plane.BindPlatformToken(d))
+}
+func (v *Provisioner) RevokePlatformToken(d credential.Digest) {
+	v.report(v.plane.RevokePlatformToken(d))
+}
+
+func (v *Provisioner) report(err error) {
+	if err != nil && v.OnError != nil {
+		v.OnError(err)
+	}
+}
 
 // Load publishes everything the ledger holds: accounts parents first, then
 // keys and platform tokens, then evidence. A node calls it before it says
@@ -180,7 +220,9 @@ func (v *Provisioner) Load(ctx context.Context) (accounts, keys int, err error) 
 	}
 	for _, k := range ks {
 		if !k.Revoked {
-			v.plane.BindKey(credential.Digest(k.Digest), k.Account)
+			if err := v.plane.BindKey(credential.Digest(k.Digest), k.Account); err != nil {
+				return 0, 0, err
+			}
 			keys++
 		}
 	}
@@ -190,7 +232,9 @@ func (v *Provisioner) Load(ctx context.Context) (accounts, keys int, err error) 
 	}
 	for _, t := range ts {
 		if !t.Revoked {
-			v.plane.BindPlatformToken(credential.Digest(t.Digest))
+			if err := v.plane.BindPlatformToken(credential.Digest(t.Digest)); err != nil {
+				return 0, 0, err
+			}
 		}
 	}
 	return len(all), keys, v.refreshEvidence(ctx, ids)

@@ -12,8 +12,9 @@ import (
 // billed event's id for the provisioner's retention and no longer, so it
 // does not grow with every event ever billed.
 func TestMaintenanceForgetsEventIDsAfterTheRetention(t *testing.T) {
-	ln := newLedgerNode(t, 1, LeaseConfig{TTL: time.Minute})
-	prov := ln.open("acme", "key-acme", 1000)
+	ln := newNode(t, 1, LeaseConfig{TTL: time.Minute})
+	ln.open("acme", "key-acme", 1000, "")
+	prov := ln.prov
 	ctx := context.Background()
 	ingestedAt := time.Now().UnixNano()
 	post := []ledger.Usage{{ID: [16]byte{7}, Account: "acme", Source: ledger.UsagePostPaid, Units: 1}}
@@ -54,8 +55,9 @@ func TestMaintenanceForgetsEventIDsAfterTheRetention(t *testing.T) {
 // refreshes it and every account below it, found through the ledger's
 // children index, and usage anywhere in a tree refreshes from its root.
 func TestRefreshReachesTheWholeTreeThroughTheIndex(t *testing.T) {
-	ln := newLedgerNode(t, 1, LeaseConfig{TTL: time.Minute})
-	prov := ln.open("org", "key-org", 0)
+	ln := newNode(t, 1, LeaseConfig{TTL: time.Minute})
+	ln.open("org", "key-org", 0, "")
+	prov := ln.prov
 	ctx := context.Background()
 	for _, spec := range []ledger.AccountSpec{
 		{ID: "ws", Parent: "org", Unmetered: true}, {ID: "a1", Parent: "ws"}, {ID: "a2", Parent: "ws"}, {ID: "lone"},

@@ -170,7 +170,7 @@ func (s *Shard) runAdmit(r *Request, p core.Principal, oneShot bool, w *fundingW
 		ctx.SetTTL(a.ttl)
 	}
 	res, d := s.engine.Admit(&ctx, a.work, s, now)
-	s.flushRefills()
+	s.flushRefills(now)
 	if d.Denied() {
 		if !s.waitForFunding(r, p, &ctx, &a, oneShot, d, w) {
 			s.writeDenial(r.Resp, d)

@@ -47,7 +47,7 @@ func (s *Shard) Poll(now int64) int {
 	if len(s.waits.order) > 0 {
 		s.runWaiters(now)
 	}
-	s.flushRefills()
+	s.flushRefills(now)
 	return n
 }
 
@@ -131,10 +131,14 @@ func (s *Shard) fail(ticket uint64, r core.DenyReason) {
 // flushRefills ships the engine's refill requests, share starvation and
 // the units of retired leases that fund nothing any more to the control
 // plane; none is dropped (outbox.go).
-func (s *Shard) flushRefills() {
+func (s *Shard) flushRefills(now int64) {
 	s.refills = s.engine.DrainRefills(s.refills[:0])
 	for _, r := range s.refills {
-		if r.RateStarved {
+		if r.RateStarved && now-s.starvedAt[r.Account] >= starveReportEvery {
+			// The plane only needs to know a shard starved recently
+			// (within its starve window); one report per interval keeps
+			// a flood of refusals from filling the ring.
+			s.starvedAt[r.Account] = now
 			s.sendReliably(Outbound{Kind: OutStarved, From: s.cfg.ID, Account: r.Account})
 		}
 		if r.WantsFunds {
@@ -146,6 +150,10 @@ func (s *Shard) flushRefills() {
 		}
 	}
 }
+
+// starveReportEvery bounds how often a shard reports one account's share
+// as starved (ns): well inside the plane's 250 ms starve window.
+const starveReportEvery = 25e6
 
 // reclaimLease hands back unspent lease units of account: the current
 // lease's if token is 0 or names it (the lease stays current: the control
@@ -194,7 +202,7 @@ func (s *Shard) returnRetired(account core.AccountID) {
 // no client can commit, finish or cancel any more.
 func (s *Shard) Quiesce() int {
 	n := s.engine.EndAll()
-	s.flushRefills()
+	s.flushRefills(0)
 	return n
 }
 

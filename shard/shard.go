@@ -56,6 +56,8 @@ type Shard struct {
 	// grantSeq is the sequence of the last grant applied per account; refill
 	// requests carry it so the control plane ignores ones it already answered.
 	grantSeq map[core.AccountID]uint64
+	// starvedAt is when each account's starved share was last reported.
+	starvedAt map[core.AccountID]int64
 
 	inbox  *ring.Doorbell[Inbound]  // control plane → shard
 	outbox *ring.Doorbell[Outbound] // shard → control plane
@@ -124,18 +126,19 @@ func New(cfg Config, in *ring.Doorbell[Inbound], out *ring.Doorbell[Outbound]) (
 		return nil, err
 	}
 	s := &Shard{
-		cfg:      cfg,
-		engine:   core.NewEngine(core.Config{MaxReservations: cfg.MaxReservations}),
-		hasher:   h,
-		cache:    credential.NewCache(cfg.CredentialCache),
-		keys:     make(map[core.Principal]credential.Digest),
-		platform: make(map[core.Principal]credential.Digest),
-		grantSeq: make(map[core.AccountID]uint64),
-		inbox:    in,
-		outbox:   out,
-		rng:      mrand.NewChaCha8(seed),
-		out:      make([]byte, 0, 512),
-		hdr:      make([]byte, 0, 32),
+		cfg:       cfg,
+		engine:    core.NewEngine(core.Config{MaxReservations: cfg.MaxReservations}),
+		hasher:    h,
+		cache:     credential.NewCache(cfg.CredentialCache),
+		keys:      make(map[core.Principal]credential.Digest),
+		platform:  make(map[core.Principal]credential.Digest),
+		grantSeq:  make(map[core.AccountID]uint64),
+		starvedAt: make(map[core.AccountID]int64),
+		inbox:     in,
+		outbox:    out,
+		rng:       mrand.NewChaCha8(seed),
+		out:       make([]byte, 0, 512),
+		hdr:       make([]byte, 0, 32),
 	}
 	if cfg.AckDurable {
 		s.acks = newAckQueue(cfg.AckQueue)

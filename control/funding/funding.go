@@ -390,6 +390,17 @@ func (m *Machine) Holding(id core.AccountID) core.CostUnits {
 	return h
 }
 
+// LeaseID names the ledger lease behind fencing token token of id (0 if
+// the machine does not hold it).
+func (m *Machine) LeaseID(id core.AccountID, token uint64) uint64 {
+	if a := m.accounts[id]; a != nil {
+		if l := a.lease(token); l != nil {
+			return l.id
+		}
+	}
+	return 0
+}
+
 // Drained is told that shard i's queue has room for grants again.
 func (m *Machine) Drained(i int, now int64) {
 	if i < 0 || i >= len(m.blocked) || len(m.blocked[i]) == 0 {
@@ -458,7 +469,8 @@ func (m *Machine) arm(a *account, now int64) {
 	var at int64
 	if l := a.cur; l != nil {
 		at = max(l.expires-m.cfg.RenewBefore, a.retryAt)
-	} else if a.wanting() && a.retryAt > now {
+	}
+	if a.wanting() && a.retryAt > now && (at == 0 || a.retryAt < at) {
 		at = a.retryAt
 	}
 	if len(a.retiring) > 0 && (at == 0 || now+m.cfg.Retry < at) {
@@ -787,14 +799,10 @@ func (m *Machine) acquired(a *account, c Call, r Result, now int64) {
 	m.stats.Acquired++
 	g := r.Lease.Granted
 	// Granted less than asked: the account is near exhaustion. Slice it
-	// fairly and do not ask for more at low water (that would split a small
-	// balance into ever smaller leases); wait for news or Retry instead.
-	short := g < c.Want
+	// fairly, and ask for more only when a shard starves, not at low water
+	// (that would split a small balance into ever smaller leases).
 	l := &lease{id: r.Lease.ID, token: r.Lease.Token, granted: g, pool: g, expires: r.Lease.ExpiresAt,
-		renewedAt: now, short: short}
-	if short {
-		a.retryAt = now + m.cfg.Retry
-	}
+		renewedAt: now, short: g < c.Want}
 	if !a.active {
 		a.cur = l
 		m.handBack(a, l, now)
@@ -842,8 +850,11 @@ func (m *Machine) extended(a *account, l *lease, c Call, r Result, now int64) {
 			}
 		}
 	}
-	if l.short = added < c.Want; l.short {
-		a.retryAt = now + m.cfg.Retry // near exhaustion: see acquired
+	l.short = added < c.Want
+	if added == 0 && c.Want > 0 {
+		// The ledger has nothing more: do not ask again before Retry
+		// unless news arrives (a deposit, a release here).
+		a.retryAt = now + m.cfg.Retry
 	}
 	m.grown(a, l)
 	m.serve(a, now)

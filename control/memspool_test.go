@@ -1,0 +1,44 @@
+package control
+
+import "sync"
+
+// memSpool is an in-memory spool for tests: every append is durable at once.
+type memSpool struct {
+	mu       sync.Mutex
+	records  [][]byte
+	released uint64
+}
+
+func (s *memSpool) Append(p []byte) (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.records = append(s.records, append([]byte(nil), p...))
+	return uint64(len(s.records)), nil
+}
+
+func (s *memSpool) Durable() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return uint64(len(s.records))
+}
+
+func (s *memSpool) Read(after uint64, limit int, fn func(uint64, []byte) error) (uint64, error) {
+	s.mu.Lock()
+	recs := s.records
+	s.mu.Unlock()
+	last := after
+	for seq := after + 1; seq <= uint64(len(recs)) && int(seq-after) <= limit; seq++ {
+		if err := fn(seq, recs[seq-1]); err != nil {
+			return last, err
+		}
+		last = seq
+	}
+	return last, nil
+}
+
+func (s *memSpool) Release(upTo uint64) error {
+	s.mu.Lock()
+	s.released = max(s.released, upTo)
+	s.mu.Unlock()
+	return nil
+}

@@ -1,0 +1,491 @@
+// Package plane is the control plane's state machine: it composes funding
+// (node leases and shard slices), shares (limits across shards) and
+// durability (the spool and the answers it releases), routes forwarded
+// reservation operations between shards, and fans provisioning out to
+// every shard.
+//
+// Like etcd's raft it does no I/O. Inputs are methods — a message popped
+// from a shard's ring, a ledger call's result, the spool's durable mark, a
+// provisioning change, Tick(now) — and what should happen accumulates as
+// intents: per-shard queues of messages (Queue, Sent) and an ordered list
+// of effects for the shell (ledger calls, spool appends, evidence to
+// publish, post-paid ingests). Next says when the machine next needs a
+// Tick, so the shell sleeps until then when nothing arrives.
+//
+// Bounds. A shard's queue accepts grants and provisioning only below
+// QueueSoft messages: a grant that finds it full waits in funding (the
+// shard stays wanting), a provisioning change is refused with ErrBusy (the
+// shell retries once the queue drains, so the admin call waits). Protocol
+// messages — reclaims, share moves, replies, durable marks — are always
+// queued; their number is bounded by the machine's own state (accounts,
+// leases, forwarded operations in flight).
+package plane
+
+import (
+	"errors"
+
+	"github.com/tollgated/tollgated/control/durability"
+	"github.com/tollgated/tollgated/control/funding"
+	"github.com/tollgated/tollgated/control/record"
+	"github.com/tollgated/tollgated/control/shares"
+	"github.com/tollgated/tollgated/core"
+	"github.com/tollgated/tollgated/credential"
+	"github.com/tollgated/tollgated/ledger"
+	"github.com/tollgated/tollgated/shard"
+)
+
+// Config sets the machine's parts.
+type Config struct {
+	Shards     int
+	Funding    funding.Config
+	Shares     shares.Config
+	Durability durability.Config
+	// QueueSoft is how many messages a shard's queue holds before grants
+	// and provisioning wait (4096).
+	QueueSoft int
+}
+
+// ErrBusy refuses a provisioning change while a shard's queue is full;
+// retry once the shell has delivered what is queued.
+var ErrBusy = errors.New("plane: a shard's queue is full")
+
+// EffectKind says what an Effect asks of the shell.
+type EffectKind uint8
+
+const (
+	EffectCall    EffectKind = iota + 1 // run ledger call Call; report with LedgerDone
+	EffectAppend                        // append Record(e) to the spool as sequence Seq
+	EffectPublish                       // store Evidence in Cell (Clear: empty it)
+	EffectIngest                        // ingest Ingest.Events (post-paid); report with IngestDone
+	EffectClaim                         // the exporter must not bill Ingest.Events until EffectUnclaim
+	EffectUnclaim
+	EffectFundingChanged // post-paid usage moved balances of Accounts: refresh their evidence
+)
+
+// Effect is one intent for the shell, other than a shard message.
+type Effect struct {
+	Kind     EffectKind
+	Call     funding.Call
+	Seq      uint64
+	span     [2]int // the record's bytes in the machine's arena
+	Cell     *core.EvidenceCell
+	Evidence core.FundingEvidence
+	Clear    bool
+	Ingest   *Ingest
+	Accounts []core.AccountID
+}
+
+// Ingest is a post-paid batch waiting for the ledger.
+type Ingest struct {
+	Ticket uint64
+	Events []ledger.Usage
+	from   int
+	batch  *shard.PostPaidBatch
+}
+
+// Stats counts what the machine did.
+type Stats struct {
+	Usage, Commits, Refills, Forwards, PostPaid uint64
+	Funding                                    funding.Stats
+	Shares                                     shares.Stats
+	Durability                                 durability.Stats
+}
+
+// Machine is the control plane's state.
+type Machine struct {
+	cfg      Config
+	fund     *funding.Machine
+	shares   *shares.Machine
+	dur      *durability.Machine
+	accounts map[core.AccountID]*account
+	queues   [][]shard.Inbound
+	effects  []Effect
+	arena    []byte
+	scratch  []byte
+	tickets  uint64
+	awaiting map[uint64]any // durability tickets: *Ingest or funding.Call (a release)
+	ingests  map[uint64]*Ingest
+	stats    Stats
+}
+
+type account struct {
+	snap     *core.Snapshot
+	evidence *core.EvidenceCell
+}
+
+// New returns a machine for cfg.Shards shards.
+func New(cfg Config) *Machine {
+	if cfg.Shards <= 0 {
+		cfg.Shards = 1
+	}
+	if cfg.QueueSoft <= 0 {
+		cfg.QueueSoft = 4096
+	}
+	cfg.Funding.Shards, cfg.Shares.Shards, cfg.Durability.Shards = cfg.Shards, cfg.Shards, cfg.Shards
+	m := &Machine{cfg: cfg, accounts: make(map[core.AccountID]*account),
+		queues: make([][]shard.Inbound, cfg.Shards), awaiting: make(map[uint64]any), ingests: make(map[uint64]*Ingest)}
+	m.fund = funding.New(cfg.Funding, fundingOut{m})
+	m.shares = shares.New(cfg.Shares, sharesOut{m})
+	m.dur = durability.New(cfg.Durability, durabilityOut{m})
+	return m
+}
+
+// Stats returns the counters.
+func (m *Machine) Stats() Stats {
+	s := m.stats
+	s.Funding, s.Shares, s.Durability = m.fund.Stats(), m.shares.Stats(), m.dur.Stats()
+	return s
+}
+
+// Shards is the number of shards.
+func (m *Machine) Shards() int { return m.cfg.Shards }
+
+// Queue is what waits for shard i, oldest first; the shell pushes a prefix
+// of it and reports how many with Sent.
+func (m *Machine) Queue(i int) []shard.Inbound { return m.queues[i] }
+
+// Sent drops the first n messages of shard i's queue, delivered.
+func (m *Machine) Sent(i, n int, now int64) {
+	if n <= 0 {
+		return
+	}
+	q := m.queues[i]
+	full := len(q) >= m.cfg.QueueSoft
+	clear(q[:n])
+	m.queues[i] = append(q[:0], q[n:]...)
+	if full && len(m.queues[i]) < m.cfg.QueueSoft {
+		m.fund.Drained(i, now)
+	}
+}
+
+// Effects are the intents other than shard messages, in order. The shell
+// executes all of them, then calls ClearEffects.
+func (m *Machine) Effects() []Effect { return m.effects }
+
+// Record is the spool record of an EffectAppend.
+func (m *Machine) Record(e *Effect) []byte { return m.arena[e.span[0]:e.span[1]] }
+
+// ClearEffects forgets the effects the shell has executed.
+func (m *Machine) ClearEffects() {
+	clear(m.effects)
+	m.effects = m.effects[:0]
+	m.arena = m.arena[:0]
+}
+
+// Next is when the machine next needs Tick (0: not until an input).
+func (m *Machine) Next() int64 {
+	next := int64(0)
+	for _, t := range [...]int64{m.fund.Next(), m.shares.Next(), m.dur.Next()} {
+		if t != 0 && (next == 0 || t < next) {
+			next = t
+		}
+	}
+	return next
+}
+
+// Tick runs what is due at now.
+func (m *Machine) Tick(now int64) {
+	m.fund.Tick(now)
+	m.shares.Tick(now)
+	m.dur.Tick(now)
+}
+
+// Floor is the highest spool sequence the exporter may let the spool drop.
+func (m *Machine) Floor() uint64 { return m.dur.Floor() }
+
+// Quiet reports whether no lease is held and no ledger call is out.
+func (m *Machine) Quiet() bool { return m.fund.Quiet() && len(m.awaiting) == 0 && len(m.ingests) == 0 }
+
+// Holding is the units this node holds for id in its leases and slices.
+func (m *Machine) Holding(id core.AccountID) core.CostUnits { return m.fund.Holding(id) }
+
+// Idle reports whether nothing waits for any shard and nothing for the
+// spool.
+func (m *Machine) Idle() bool {
+	for _, q := range m.queues {
+		if len(q) > 0 {
+			return false
+		}
+	}
+	return !m.dur.Pending()
+}
+
+// FromShard handles one message popped from shard from's ring.
+func (m *Machine) FromShard(from int, msg *shard.Outbound, now int64) {
+	switch msg.Kind {
+	case shard.OutUsage:
+		m.usage(from, msg, now)
+	case shard.OutCommit:
+		m.stats.Commits++
+		u := m.ledgerUsage(&msg.Usage)
+		m.scratch = record.Append(m.scratch[:0], record.Commit, &u)
+		m.dur.Commit(from, msg.Seq, msg.Usage.RequestID, m.scratch, now)
+	case shard.OutRefill:
+		m.stats.Refills++
+		m.fund.Refill(from, msg.Account, msg.Needed, msg.Seq, now)
+	case shard.OutReturn:
+		m.fund.Return(from, msg.Account, msg.Token, msg.Units, now)
+	case shard.OutForward:
+		m.stats.Forwards++
+		if int(msg.To) >= len(m.queues) {
+			m.send(from, shard.Inbound{Kind: shard.InReply, Op: msg.Op, Ticket: msg.Ticket, Status: shard.ReplyUnknownReservation})
+			return
+		}
+		m.send(int(msg.To), shard.Inbound{Kind: shard.InForward, Op: msg.Op, From: msg.From, Res: msg.Res,
+			Units: msg.Units, Principal: msg.Principal, Ticket: msg.Ticket})
+	case shard.OutReply:
+		reply := shard.Inbound{Kind: shard.InReply, Op: msg.Op, Ticket: msg.Ticket, Status: msg.Status,
+			Reason: msg.Reason, Units: msg.Units}
+		if int(msg.To) >= len(m.queues) {
+			return
+		}
+		if msg.Op == shard.OpFinish || msg.Op == shard.OpCommit {
+			// The owner billed or journaled: the answer waits, like a
+			// local one, until that record is durable.
+			m.dur.Hold(from, int(msg.To), reply)
+			return
+		}
+		m.send(int(msg.To), reply)
+	case shard.OutStarved:
+		m.shares.Starved(from, msg.Account, now)
+	case shard.OutShareAck:
+		m.shares.Ack(from, msg.Account, msg.Seq, msg.InFlight, now)
+	case shard.OutPostPaid:
+		m.postPaid(from, msg, now)
+	}
+}
+
+// usage spools a billed event, closes its commit entry and settles it
+// against the lease that funded it.
+func (m *Machine) usage(from int, msg *shard.Outbound, now int64) {
+	m.stats.Usage++
+	ev := &msg.Usage
+	u := m.ledgerUsage(ev)
+	m.scratch = record.Append(m.scratch[:0], record.Usage, &u)
+	m.dur.Record(from, msg.Seq, m.scratch)
+	m.dur.Closed(ev.RequestID)
+	if ev.Source == core.SourceLease {
+		m.fund.Settle(ev.Account(), ev.FencingToken, ev.Units, now)
+	}
+}
+
+func (m *Machine) ledgerUsage(ev *core.UsageEvent) ledger.Usage {
+	var lease uint64
+	if ev.Source == core.SourceLease {
+		lease = m.fund.LeaseID(ev.Account(), ev.FencingToken)
+	}
+	return record.FromEvent(ev, lease)
+}
+
+// postPaid spools a post-paid batch and, once it is durable, bills it in
+// the ledger; the shard is answered with the ledger's counts.
+func (m *Machine) postPaid(from int, msg *shard.Outbound, now int64) {
+	m.stats.PostPaid++
+	b := msg.Batch
+	if len(b.Events) == 0 {
+		m.send(from, shard.Inbound{Kind: shard.InPostPaidDone, Ticket: msg.Ticket, Batch: b})
+		return
+	}
+	in := &Ingest{Ticket: msg.Ticket, from: from, batch: b, Events: make([]ledger.Usage, len(b.Events))}
+	for i, e := range b.Events {
+		in.Events[i] = ledger.Usage{ID: e.ID, Account: e.Account, Source: ledger.UsagePostPaid, Units: e.Units, OccurredAt: e.OccurredAt}
+	}
+	// Claimed before it can be durable: the exporter, which bills what is
+	// durable, must leave these to the plane, or the reporter would be
+	// told "duplicate" for its own first report.
+	m.effects = append(m.effects, Effect{Kind: EffectClaim, Ingest: in})
+	for i := range in.Events {
+		m.scratch = record.Append(m.scratch[:0], record.Usage, &in.Events[i])
+		m.dur.Record(from, 0, m.scratch)
+	}
+	m.tickets++
+	m.awaiting[m.tickets] = in
+	m.dur.Await(from, m.tickets)
+}
+
+// IngestDone applies a post-paid ingest's result: the shard is answered,
+// the claim lifted, and the funding of the accounts billed refreshed.
+func (m *Machine) IngestDone(in *Ingest, results []ledger.IngestResult, err error) {
+	delete(m.ingests, in.Ticket)
+	m.effects = append(m.effects, Effect{Kind: EffectUnclaim, Ingest: in})
+	b := in.batch
+	if err != nil {
+		b.Failed = true // the events are durable: the exporter bills them
+	} else {
+		var changed []core.AccountID
+		for i, r := range results {
+			switch r {
+			case ledger.Accepted:
+				b.Accepted++
+				changed = append(changed, in.Events[i].Account)
+			case ledger.Duplicate:
+				b.Duplicate++
+			default:
+				b.Rejected++
+			}
+		}
+		if len(changed) > 0 {
+			m.effects = append(m.effects, Effect{Kind: EffectFundingChanged, Accounts: changed})
+		}
+	}
+	m.send(in.from, shard.Inbound{Kind: shard.InPostPaidDone, Ticket: in.Ticket, Batch: b})
+}
+
+// LedgerDone applies a funding call's result.
+func (m *Machine) LedgerDone(r funding.Result, now int64) { m.fund.Done(r, now) }
+
+// SpoolDurable is the spool's durable mark.
+func (m *Machine) SpoolDurable(seq uint64) { m.dur.Durable(seq) }
+
+// HandBackAll retires every lease, for shutdown (after the shards ended
+// their reservations): each is released once its slices are back.
+func (m *Machine) HandBackAll(now int64) { m.fund.HandBackAll(now) }
+
+func (m *Machine) send(i int, msg shard.Inbound) { m.queues[i] = append(m.queues[i], msg) }
+
+// roomForAll reports whether every shard's queue is below QueueSoft.
+func (m *Machine) roomForAll() bool {
+	for _, q := range m.queues {
+		if len(q) >= m.cfg.QueueSoft {
+			return false
+		}
+	}
+	return true
+}
+
+func (m *Machine) broadcast(msg shard.Inbound) {
+	for i := range m.queues {
+		m.send(i, msg)
+	}
+}
+
+// Install publishes snap to every shard: a new account, or a newer policy
+// or standing of a known one.
+func (m *Machine) Install(snap *core.Snapshot, now int64) error {
+	if err := snap.Validate(); err != nil {
+		return err
+	}
+	a := m.accounts[snap.Account]
+	if a != nil && snap.Generation <= a.snap.Generation {
+		return core.ErrOlderGeneration
+	}
+	if !m.roomForAll() {
+		return ErrBusy
+	}
+	fresh := a == nil
+	if fresh {
+		a = &account{evidence: new(core.EvidenceCell)}
+		m.accounts[snap.Account] = a
+	}
+	a.snap = snap
+	m.broadcast(shard.Inbound{Kind: shard.InInstall, Snap: snap})
+	if fresh {
+		m.broadcast(shard.Inbound{Kind: shard.InEvidence, Account: snap.Account, Evidence: a.evidence})
+	} else {
+		// A new policy may change the budget view: old evidence must not
+		// refuse under it. The next ledger answer publishes fresh evidence.
+		m.effects = append(m.effects, Effect{Kind: EffectPublish, Cell: a.evidence, Clear: true})
+	}
+	m.shares.Limits(snap.Account, snap.Limits, now)
+	m.fund.Install(snap.Account, snap.Scope, snap.Ancestors, snap.Status == core.StatusActive, now)
+	return nil
+}
+
+// Bind lets the key with digest d act for account on every shard.
+func (m *Machine) Bind(d credential.Digest, id core.AccountID) error {
+	return m.provision(shard.Inbound{Kind: shard.InBind, Principal: d.Principal(), Digest: d, Account: id})
+}
+
+// Unbind stops the key with digest d on every shard.
+func (m *Machine) Unbind(d credential.Digest) error {
+	return m.provision(shard.Inbound{Kind: shard.InUnbind, Principal: d.Principal()})
+}
+
+// BindPlatform lets a platform token call the seed-000 routes.
+func (m *Machine) BindPlatform(d credential.Digest) error {
+	return m.provision(shard.Inbound{Kind: shard.InBindPlatform, Principal: d.Principal(), Digest: d})
+}
+
+// UnbindPlatform stops a platform token.
+func (m *Machine) UnbindPlatform(d credential.Digest) error {
+	return m.provision(shard.Inbound{Kind: shard.InUnbindPlatform, Principal: d.Principal()})
+}
+
+// Ready tells every shard its initial state is delivered.
+func (m *Machine) Ready() error { return m.provision(shard.Inbound{Kind: shard.InReady}) }
+
+func (m *Machine) provision(msg shard.Inbound) error {
+	if !m.roomForAll() {
+		return ErrBusy
+	}
+	m.broadcast(msg)
+	return nil
+}
+
+// Evidence is new funding evidence for id from the ledger, outside the
+// machine's own calls (after a deposit, a budget, post-paid usage).
+func (m *Machine) Evidence(id core.AccountID, ev core.FundingEvidence, now int64) {
+	m.fund.Evidence(id, ev, now)
+}
+
+// fundingOut, sharesOut and durabilityOut are the machine as each part's
+// Out.
+type fundingOut struct{ m *Machine }
+
+func (o fundingOut) Grant(i int, msg shard.Inbound) bool {
+	if len(o.m.queues[i]) >= o.m.cfg.QueueSoft {
+		return false
+	}
+	o.m.send(i, msg)
+	return true
+}
+
+func (o fundingOut) Send(i int, msg shard.Inbound) { o.m.send(i, msg) }
+
+func (o fundingOut) Call(c funding.Call) {
+	m := o.m
+	if c.Kind == funding.CallRelease {
+		// A release claims the lease's pool as unspent: first make every
+		// usage record of it durable, so that a crash cannot leave a
+		// release credited for units whose usage never reaches the ledger.
+		m.tickets++
+		m.awaiting[m.tickets] = c
+		m.dur.AwaitAll(m.tickets)
+		return
+	}
+	m.effects = append(m.effects, Effect{Kind: EffectCall, Call: c})
+}
+
+func (o fundingOut) Publish(id core.AccountID, ev core.FundingEvidence) {
+	if a := o.m.accounts[id]; a != nil {
+		o.m.effects = append(o.m.effects, Effect{Kind: EffectPublish, Cell: a.evidence, Evidence: ev})
+	}
+}
+
+type sharesOut struct{ m *Machine }
+
+func (o sharesOut) Send(i int, msg shard.Inbound) { o.m.send(i, msg) }
+
+type durabilityOut struct{ m *Machine }
+
+func (o durabilityOut) Append(seq uint64, rec []byte) {
+	m := o.m
+	start := len(m.arena)
+	m.arena = append(m.arena, rec...)
+	m.effects = append(m.effects, Effect{Kind: EffectAppend, Seq: seq, span: [2]int{start, len(m.arena)}})
+}
+
+func (o durabilityOut) Send(i int, msg shard.Inbound) { o.m.send(i, msg) }
+
+func (o durabilityOut) Durable(ticket uint64) {
+	m := o.m
+	w := m.awaiting[ticket]
+	delete(m.awaiting, ticket)
+	switch w := w.(type) {
+	case *Ingest:
+		m.ingests[w.Ticket] = w
+		m.effects = append(m.effects, Effect{Kind: EffectIngest, Ingest: w})
+	case funding.Call:
+		m.effects = append(m.effects, Effect{Kind: EffectCall, Call: w})
+	}
+}
