@@ -35,8 +35,8 @@ type Quarantined struct {
 //
 // What it costs: the records Verify reports lost — their sequence numbers
 // carry no good record — are in neither spool, so their usage is never
-// billed; whatever bytes remain of them are in dest, at the offsets the
-// report names. The kept records get new sequence numbers (nothing
+// billed unless the exporter billed it before the damage; whatever bytes
+// remain of them are in dest, at the offsets the report names. The kept records get new sequence numbers (nothing
 // outside the spool refers to them: the ledger knows events by their ids).
 // With a damaged released mark, records already billed may be kept and
 // billed again as duplicates, which the ledger recognises and ignores.

@@ -27,6 +27,9 @@ type Report struct {
 	// deliver, and what Quarantine keeps.
 	Records uint64
 	// Lost are the unreleased sequence numbers no good record carries.
+	// Their usage is never billed, unless the exporter had billed it
+	// before the damage (it releases at most once a second, so records
+	// above the mark may already be in the ledger).
 	// Past the last good record only what the bytes show is known (see
 	// Dropped): whole records cut from the end of the last segment leave
 	// no trace.
@@ -301,7 +304,7 @@ func (r *Report) WriteText(out io.Writer) {
 	}
 	fmt.Fprintf(out, "  unreleased good records: %d\n", r.Records)
 	if len(r.Lost) > 0 {
-		fmt.Fprintf(out, "  lost (no good record, never billed): %d records:", r.LostRecords())
+		fmt.Fprintf(out, "  lost (no good copy left; never billed unless exported before the damage): %d records:", r.LostRecords())
 		for _, l := range r.Lost {
 			fmt.Fprintf(out, " %d-%d", l.First, l.Last)
 		}
