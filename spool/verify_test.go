@@ -287,3 +287,25 @@ func TestQuarantineFinishesAnInterruptedRun(t *testing.T) {
 		t.Fatalf("the original was not moved aside: %v", err)
 	}
 }
+
+// TestQuarantineMarkBeyondRecords: records the mark says were billed are
+// gone from the end of the spool (a truncation); nothing unreleased is
+// lost, and the rebuilt spool continues after the mark.
+func TestQuarantineMarkBeyondRecords(t *testing.T) {
+	dir := t.TempDir()
+	opts := fillSpool(t, dir, 10)
+	d, _ := os.Open(dir)
+	writeMark(dir, d, 15)
+	d.Close()
+	rep, err := Verify(dir)
+	if err != nil || rep.Start == nil || rep.Records != 0 || len(rep.Lost) != 0 {
+		t.Fatalf("report %+v, %v", rep, err)
+	}
+	if q, err := Quarantine(dir, filepath.Join(t.TempDir(), "q")); err != nil || q.Kept != 0 {
+		t.Fatalf("Quarantine = %+v, %v", q, err)
+	}
+	s := openT(t, dir, opts)
+	if seq, err := s.Append(payloadFor(16)); err != nil || seq != 16 {
+		t.Fatalf("Append after quarantine = %d, %v", seq, err)
+	}
+}
