@@ -199,6 +199,10 @@ func (s *Shard) runAdmit(r *Request, p core.Principal, mode admitMode, w *fundin
 	s.flushRefills()
 	if d.Denied() {
 		if !s.waitForFunding(r, p, &ctx, &a, mode, d, w) {
+			if d.RetryAfter == 0 && d.PeriodEnd > now {
+				// The budget's next period brings a new allowance.
+				d.RetryAfter = d.PeriodEnd - now
+			}
 			s.writeDenial(r.Resp, d)
 			if mode == modeAuthz {
 				s.writeRateLimit(r.Resp, &ctx, d)

@@ -477,3 +477,25 @@ func TestAuthzRefusalAllocatesNothingWhenWarm(t *testing.T) {
 		}
 	})
 }
+
+// TestExhaustedBudgetSaysWhenItsPeriodEnds: a 402 for a budget with a
+// period carries Retry-After until the period ends, on /v1/authz as on
+// /v1/check (the next allowance is what changes the answer).
+func TestExhaustedBudgetSaysWhenItsPeriodEnds(t *testing.T) {
+	h := newHarnessWith(t, Config{ID: 0, Secret: testSecret, MaxReservations: 256, UsageHeadroom: 4,
+		FundingWait: NoFundingWait}, 1024)
+	h.provisionSnap(routedSnapshot(t, "acme"), "key-acme", 0)
+	cell := new(core.EvidenceCell)
+	h.in.Push(Inbound{Kind: InEvidence, Account: "acme", Evidence: cell})
+	h.s.Poll(t0)
+	cell.Store(core.FundingEvidence{Remaining: 0, PeriodEnd: t0 + 3600e9 + 1})
+	resp := h.authz("GET", "/v1/authz", bearerAcme, "X-Original-Method: POST", "X-Original-URI: /v1/chat")
+	if m := problem(t, "authz", resp); resp.StatusCode() != 402 || m["code"] != "balance-exhausted" ||
+		string(resp.Header.Peek("Retry-After")) != "3600" {
+		t.Fatalf("authz over budget: %d %v, Retry-After %q", resp.StatusCode(), m, resp.Header.Peek("Retry-After"))
+	}
+	st, body, resp := h.do("POST", "/v1/check", "key-acme", chatBody)
+	if st != 402 || body["retry_after_ms"] != float64(3600e3) || string(resp.Header.Peek("Retry-After")) != "3600" {
+		t.Fatalf("check over budget: %d %v, Retry-After %q", st, body, resp.Header.Peek("Retry-After"))
+	}
+}
