@@ -16,7 +16,8 @@ import "github.com/valyala/fasthttp"
 
 // ackBodyMax bounds a parked body and its kept header values; every answer
 // that reports usage is far shorter (the longest, /v1/check's body, is
-// under 200 bytes; /v1/authz's header values are at most 216).
+// under 200 bytes; /v1/authz's header values, at most 224 bytes, and no
+// body: TestAuthzAnswerWaitsForDurableUsageWithItsHeaders parks the longest).
 const ackBodyMax = 256
 
 // DefaultAckQueue is the parked answers one shard holds by default.

@@ -35,7 +35,7 @@ http {
 // startNginx runs examples/gateways/nginx/tollgated.conf under nginx,
 // listening on listen, in front of tollgated and app; it returns when nginx
 // accepts connections.
-func startNginx(t *testing.T, listen, tollgated, app string) {
+func startNginx(t *testing.T, siteFile, listen, tollgated, app string) {
 	t.Helper()
 	bin := requireTool(t, "nginx", "/usr/sbin/nginx")
 	dir, err := os.MkdirTemp("", "tollgated-nginx-")
@@ -51,7 +51,7 @@ func startNginx(t *testing.T, listen, tollgated, app string) {
 		}
 	}
 	main := strings.NewReplacer("{{dir}}", dir, "{{user}}", user).Replace(nginxMain)
-	site := localize(t, "nginx/tollgated.conf", listen, tollgated, app)
+	site := localize(t, siteFile, listen, tollgated, app)
 	for name, content := range map[string]string{"nginx.conf": main, "tollgated.conf": site} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
 			t.Fatal(err)
@@ -78,6 +78,35 @@ func TestNginxInFrontOfTollgated(t *testing.T) {
 	d := startTollgated(t)
 	app := newUpstream(t, d.listen)
 	listen := freePort(t)
-	startNginx(t, listen, d.listen, strings.TrimPrefix(app.URL, "http://"))
+	startNginx(t, "nginx/tollgated.conf", listen, d.listen, strings.TrimPrefix(app.URL, "http://"))
 	runGatewayScenarios(t, d, app, "http://"+listen, "nginx", true)
+}
+
+// TestNginxMinimalConfig runs the guide's shortest configuration: it admits
+// and bills, passes 401 on, and — what the complete one exists for — turns
+// a 402 into nginx's 500.
+func TestNginxMinimalConfig(t *testing.T) {
+	requireTool(t, "nginx", "/usr/sbin/nginx")
+	d := startTollgated(t)
+	app := newUpstream(t, d.listen)
+	listen := freePort(t)
+	startNginx(t, "nginx/minimal.conf", listen, d.listen, strings.TrimPrefix(app.URL, "http://"))
+	funded := d.account("minimal-funded", 1_000_000, nil)
+	broke := d.account("minimal-broke", 5, nil)
+	base := "http://" + listen
+	if r := send(t, "POST", base+"/v1/chat", funded, `{}`); r.status != 200 || r.body != "served /v1/chat" {
+		t.Fatalf("funded: %d %q", r.status, r.body)
+	}
+	if r := send(t, "POST", base+"/v1/chat", "", `{}`); r.status != 401 {
+		t.Fatalf("no key: %d", r.status)
+	}
+	if r := send(t, "POST", base+"/v1/chat", broke, `{}`); r.status != 500 || r.header.Get("Retry-After") != "" {
+		t.Fatalf("over budget through the minimal config: %d %v (nginx passes only 401 and 403)", r.status, r.header)
+	}
+	if n := len(app.seen()); n != 1 {
+		t.Fatalf("the service saw %d requests, want 1", n)
+	}
+	if u := d.usage("minimal-funded", 1); len(u) != 1 || u[0] != 10 {
+		t.Fatalf("billed %v, want [10]", u)
+	}
 }
