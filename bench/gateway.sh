@@ -79,7 +79,10 @@ TOLLGATED_ADMIN_TOKEN=$token "${server_pin[@]}" "$work/tollgated" --listen "127.
 	>"$work/tollgated.log" 2>&1 &
 pids+=($!)
 admin() { curl -sf -X "$1" "http://127.0.0.1:$tg_admin_port$2" -H "Authorization: Bearer $token" ${3:+-d "$3"}; }
-for _ in $(seq 100); do admin GET /v1/accounts/none >/dev/null 2>&1 && break; curl -s -o /dev/null "http://127.0.0.1:$tg_admin_port/" && break; sleep 0.1; done
+for _ in $(seq 100); do # until the admin API answers at all
+	[[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$tg_admin_port/") != 000 ]] && break
+	sleep 0.1
+done
 admin POST /v1/accounts '{"id":"bench"}' >/dev/null
 admin POST /v1/accounts/bench/deposits '{"units":1000000000000,"idempotency_key":"bench"}' >/dev/null
 admin PUT /v1/accounts/bench/policy "$(cat examples/gateways/policy.json)" >/dev/null

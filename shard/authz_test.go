@@ -499,3 +499,37 @@ func TestExhaustedBudgetSaysWhenItsPeriodEnds(t *testing.T) {
 		t.Fatalf("check over budget: %d %v, Retry-After %q", st, body, resp.Header.Peek("Retry-After"))
 	}
 }
+
+// BenchmarkAuthz is one forward-auth call as nginx sends it, admitted and
+// billed (without the durable acknowledgement, which waits for a disk), the
+// same call for a route the policy refuses, and for comparison the same
+// work as a /v1/check.
+func BenchmarkAuthz(b *testing.B) {
+	for _, c := range []struct{ name, uri string }{{"admitted", "/v1/chat?stream=true"}, {"refused", "/admin/users"}, {"check", ""}} {
+		b.Run(c.name, func(b *testing.B) {
+			h := newHarness(b, 0, 1<<16)
+			snap := routedSnapshot(b, "acme")
+			snap.Limits.RequestRate, snap.Limits.RequestBurst = 1e9, 1e9
+			h.provisionSnap(snap, "key-acme", 1<<60)
+			req, resp := fasthttp.AcquireRequest(), &fasthttp.Response{}
+			req.Header.Set("Authorization", "Bearer key-acme")
+			if c.uri == "" {
+				req.Header.SetMethod("POST")
+				req.SetRequestURI("/v1/check")
+				req.SetBodyString(`{"workload":[{"op":"requests","count":1}]}`)
+			} else {
+				req.Header.SetMethod("GET")
+				req.SetRequestURI("/v1/authz")
+				req.Header.Set("X-Original-Method", "POST")
+				req.Header.Set("X-Original-URI", c.uri)
+			}
+			r := &Request{Req: req, Resp: resp, Now: t0}
+			b.ReportAllocs()
+			for b.Loop() {
+				r.Now += 1000
+				h.s.Serve(r)
+				h.out.Ring().Pop()
+			}
+		})
+	}
+}
