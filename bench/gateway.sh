@@ -139,8 +139,8 @@ measure() {
 	rps=$(awk '/^Requests\/sec:/ { print $2 }' "$work/wrk.out")
 	p50=$(awk '$1 == "50%" { print $2 }' "$work/wrk.out")
 	p99=$(awk '$1 == "99%" { print $2 }' "$work/wrk.out")
-	if grep -q "Non-2xx" "$work/wrk.out"; then
-		log "non-2xx answers in a round:"; grep "Non-2xx" "$work/wrk.out" >&2
+	if grep -qE "Non-2xx|Socket errors" "$work/wrk.out"; then
+		log "errors in a round against $1:"; grep -E "Non-2xx|Socket errors" "$work/wrk.out" >&2
 	fi
 	echo "$rps $(ms "$p50") $(ms "$p99")"
 }
