@@ -71,6 +71,7 @@ type Shard struct {
 	fillPostPaid  func(*fasthttp.Response)
 
 	parser  fastjson.Parser
+	authz   authzRequest // the original request of the forward-auth call being served
 	work    [MaxWorkLines]core.WorkItem
 	refills []core.RefillRequest
 	retired []core.LeaseReturn

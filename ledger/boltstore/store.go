@@ -44,7 +44,8 @@ import (
 
 // Bucket names. Layout (keys → values):
 //
-//	meta      "schema" → schema version; "admin" → admin token digest
+//	meta      "schema" → schema version; "admin" → admin token digest;
+//	          "secretfp" → server secret fingerprint
 //	accounts  account id → account
 //	due       period end ⧺ account id → nil: accounts with a budget period, for Rollover
 //	children  parent id ⧺ 0 ⧺ account id → nil: every account with a parent, for Children
@@ -78,6 +79,7 @@ var (
 
 	metaSchema = []byte("schema")
 	metaAdmin  = []byte("admin")
+	metaSecret = []byte("secretfp")
 )
 
 // schemaVersion is the layout above; Open upgrades a file of schema 1 (no
