@@ -47,11 +47,11 @@ func TestLeasesView(t *testing.T) {
 	h.createAccount(`{"id":"acme"}`)
 	h.ok(http.StatusCreated, "POST", "/v1/accounts/acme/deposits", `{"units":1000,"idempotency_key":"k"}`)
 	ctx := context.Background()
-	l1, _, err := h.store.Acquire(ctx, "acme", 100, 1, 60e9, startNs)
+	l1, _, err := h.store.Acquire(ctx, "acme", "node-a", 100, 1, 60e9, startNs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l2, _, err := h.store.Acquire(ctx, "acme", 50, 1, 60e9, startNs)
+	l2, _, err := h.store.Acquire(ctx, "acme", "node-a", 50, 1, 60e9, startNs)
 	if err != nil {
 		t.Fatal(err)
 	}

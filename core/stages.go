@@ -8,7 +8,17 @@ type RequestContext struct {
 	prin *principalEntry
 	pol  *policy
 	ttl  int64
+	// rated: the request's rate tokens were taken by an earlier attempt
+	// (see Rated).
+	rated bool
 }
+
+// Rated marks a request that is tried again after a funding refusal: its
+// first attempt passed the rate limits and took their tokens (refusals
+// after that stage do not give them back), so this attempt must not take
+// them again — or a request held for a moment's funding gap would be
+// refused as rate limited by its own earlier attempt.
+func (c *RequestContext) Rated() { c.rated = true }
 
 // Snapshot is the pinned snapshot.
 func (c *RequestContext) Snapshot() *Snapshot { return c.pol.src }
@@ -117,13 +127,13 @@ func (e *Engine) Admit(c *RequestContext, work []WorkItem, slot UsageSlot, now i
 	}
 	a := pe.acct
 	reqRate, reqBurst, unitRate, unitBurst, maxConc := a.effective(l)
-	if l.RequestRate != 0 {
+	if l.RequestRate != 0 && !c.rated {
 		if ok, wait := a.req.take(1, reqRate, reqBurst, now); !ok {
 			e.starve(a)
 			return e.refuseAdmit(slot, Denial{Reason: DenyRequestRateLimited, RetryAfter: wait})
 		}
 	}
-	if l.UnitRate != 0 {
+	if l.UnitRate != 0 && !c.rated {
 		if ok, wait := a.units.take(uint64(p.quote), unitRate, unitBurst, now); !ok {
 			e.starve(a)
 			return e.refuseAdmit(slot, Denial{Reason: DenyRateLimited, RetryAfter: wait})

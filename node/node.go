@@ -30,9 +30,8 @@ type Config struct {
 	Secret          []byte // server secret for customer key digests
 	MaxReservations int    // per shard
 	Loop            httploop.Config
-	Plane           control.Config
-	Funder          control.Funder
-	Usage           control.UsageSink
+	// Plane configures the control plane: its ledger, spool and funding.
+	Plane control.Config
 	// Durable makes the shards hold answers that report usage until the
 	// plane's spool (Plane.Spool) says the usage is on disk.
 	Durable bool
@@ -41,8 +40,8 @@ type Config struct {
 	// 0 means shard.DefaultFundingWait, negative none.
 	FundingWait int64
 	// DrainUsage, if set, runs during Shutdown after every reservation has
-	// ended and before leases are released: it should make all usage
-	// durable and bill it (spool sync, export to the ledger).
+	// ended and the leases are released: it should make all usage durable
+	// and bill it (spool sync, export to the ledger).
 	DrainUsage func(deadline time.Time)
 	// RingSize is each ring's capacity (a power of two). Default 8192.
 	RingSize int
@@ -51,13 +50,14 @@ type Config struct {
 
 // Node is a running node.
 type Node struct {
-	cfg     Config
-	plane   *control.Plane
-	runners []*runner
-	addr    string
-	stop    chan struct{}
-	planeWG sync.WaitGroup
-	loopWG  sync.WaitGroup
+	cfg      Config
+	plane    *control.Plane
+	runners  []*runner
+	addr     string
+	stop     chan struct{}
+	planeWG  sync.WaitGroup
+	loopWG   sync.WaitGroup
+	shutdown sync.Once
 }
 
 // Start brings a node up and opens it: Bind, then Open. It is for nodes
@@ -115,7 +115,7 @@ func Bind(cfg Config) (*Node, error) {
 		n.runners = append(n.runners, r)
 	}
 	n.addr = addr
-	p, err := control.New(cfg.Plane, links, cfg.Funder, cfg.Usage)
+	p, err := control.New(cfg.Plane, links)
 	if err != nil {
 		n.closeRunners()
 		return nil, err
@@ -224,11 +224,17 @@ func (n *Node) Stats() []httploop.Stats {
 
 // Shutdown stops the node in the seed's safe order: stop accepting and let
 // requests in flight finish (until deadline); end every reservation still
-// held (pending ones free, committed ones billed at their quote); take back
-// every shard's unspent lease units; drain usage (DrainUsage: durable and
-// billed); release the node's leases to the ledger, so their units return
-// to the balance; then stop the control plane.
+// held (pending ones free, committed ones billed at their quote); hand every
+// node lease back — each shard returns its unspent units, and each lease is
+// released to the ledger, once its usage is durable, claiming exactly what
+// came back, so its units return to the balance; drain usage (DrainUsage:
+// durable and billed); then stop the control plane.
+// A second call does nothing.
 func (n *Node) Shutdown(deadline time.Time) {
+	n.shutdown.Do(func() { n.shutdownOnce(deadline) })
+}
+
+func (n *Node) shutdownOnce(deadline time.Time) {
 	for _, r := range n.runners {
 		if r.loop != nil {
 			r.loop.Drain(deadline)
@@ -240,13 +246,10 @@ func (n *Node) Shutdown(deadline time.Time) {
 		for _, r := range n.runners {
 			r.s.Quiesce()
 		}
-		n.plane.ReclaimLeases()
-		n.pollUntil(time.Now().Add(time.Second), func() bool { return n.plane.Idle() })
+		n.plane.HandBackLeases()
+		n.pollUntil(time.Now().Add(5*time.Second), n.plane.LeasesReleased)
 		if n.cfg.DrainUsage != nil {
 			n.cfg.DrainUsage(deadline)
-		}
-		if n.plane.ReleaseLeases() {
-			n.pollUntil(time.Now().Add(5*time.Second), n.plane.LeasesReleased)
 		}
 	}
 	close(n.stop)

@@ -5,11 +5,14 @@ package node
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,49 +24,113 @@ import (
 	"github.com/tollgated/tollgated/control"
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/credential"
+	"github.com/tollgated/tollgated/ledger"
+	"github.com/tollgated/tollgated/ledger/boltstore"
+	"github.com/tollgated/tollgated/spool"
 )
 
 var secret = bytes.Repeat([]byte{3}, 32)
 
 type testNode struct {
 	*Node
-	funder *control.MemoryFunder
-	usage  *control.MemoryUsage
-	url    string
+	store *boltstore.Store
+	spool *spool.Spool
+	prov  *control.Provisioner
+	url   string
 }
 
-func startNode(t testing.TB, shards int) *testNode {
+// bindNode binds a node over a bolt ledger and a spool in a temporary
+// directory, as the daemon does; startNode also opens it.
+func bindNode(t testing.TB, shards int) *testNode {
 	t.Helper()
-	funder := control.NewMemoryFunder(3600e9)
-	usage := &control.MemoryUsage{}
-	cpus := make([]int, shards)
-	n, err := Start(Config{
-		Listen: "127.0.0.1:0", CPUs: cpus, Secret: secret, MaxReservations: 4096,
-		Funder: funder, Usage: usage, Log: zerolog.Nop(),
+	dir := t.TempDir()
+	store, err := boltstore.Open(filepath.Join(dir, "ledger.db"), boltstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn := &testNode{store: store}
+	var plane atomic.Pointer[control.Plane]
+	sp, err := spool.Open(filepath.Join(dir, "spool"), spool.Options{OnDurable: func(uint64) {
+		if p := plane.Load(); p != nil {
+			p.Kick()
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn.spool = sp
+	exporter := control.NewExporter(sp, store, 4096)
+	n, err := Bind(Config{
+		Listen: "127.0.0.1:0", CPUs: make([]int, shards), Secret: secret, MaxReservations: 4096,
+		Plane: control.Config{Store: store, Spool: sp, Appended: sp.Stats().Appended, Holder: "test-node",
+			IsFull: func(err error) bool { return errors.Is(err, spool.ErrFull) }},
+		Log: zerolog.Nop(), // answers do not wait for the spool: these tests are about limits and routing
+		DrainUsage: func(time.Time) {
+			sp.Sync()
+			exporter.Export(context.Background())
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { n.Shutdown(time.Now().Add(2 * time.Second)) })
-	return &testNode{Node: n, funder: funder, usage: usage, url: "http://" + n.Addr()}
+	plane.Store(n.Plane())
+	exporter.Floor = n.Plane().Floor
+	tn.Node, tn.url = n, "http://"+n.Addr()
+	tn.prov = control.NewProvisioner(n.Plane(), store)
+	t.Cleanup(func() {
+		n.Shutdown(time.Now().Add(2 * time.Second))
+		sp.Close()
+		store.Close()
+	})
+	return tn
 }
 
+func startNode(t testing.TB, shards int) *testNode {
+	t.Helper()
+	tn := bindNode(t, shards)
+	if err := tn.Open(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	return tn
+}
+
+// provision creates account id in the ledger with limits and deposit and
+// binds key to it, through the provisioner, as the admin API does.
 func (tn *testNode) provision(t testing.TB, id core.AccountID, key string, limits core.Limits, deposit core.CostUnits) {
 	t.Helper()
-	if err := tn.funder.Deposit(id, deposit, core.ScopeAgent); err != nil {
+	tn.create(t, id, key, limits, deposit)
+	if err := tn.Plane().MarkReady(); err != nil {
 		t.Fatal(err)
 	}
-	snap := &core.Snapshot{Account: id, Generation: 1, Permissions: 1, PermissionNames: []string{"chat"}, Limits: limits,
-		Costs: core.CostTable{Classes: []core.OpClass{{Name: "requests", Weight: 1}, {Name: "input_tokens", Weight: 1}}}}
-	if err := tn.Plane().Install(snap); err != nil {
+	time.Sleep(20 * time.Millisecond) // state reaches every shard within a loop tick
+}
+
+func (tn *testNode) create(t testing.TB, id core.AccountID, key string, limits core.Limits, deposit core.CostUnits) {
+	t.Helper()
+	ctx := context.Background()
+	now := time.Now().UnixNano()
+	if _, _, err := tn.store.CreateAccount(ctx, ledger.AccountSpec{ID: id}, now); err != nil {
 		t.Fatal(err)
 	}
-	tn.Plane().Prefund(id)
+	doc := fmt.Sprintf(`{"permissions":["chat"],"operations":{"requests":{"weight":1},"input_tokens":{"weight":1}},`+
+		`"limits":{"max_items":%d,"request_rate":%d,"request_burst":%d,"max_concurrent":%d,"hold_timeout_ms":%d}}`,
+		limits.MaxItems, limits.RequestRate, limits.RequestBurst, limits.MaxConcurrent, limits.HoldTimeout/1e6)
+	if _, err := tn.store.SetPolicy(ctx, id, []byte(doc)); err != nil {
+		t.Fatal(err)
+	}
+	acct, _, err := tn.store.Deposit(ctx, id, deposit, "initial", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tn.prov.AccountChanged(acct); err != nil {
+		t.Fatal(err)
+	}
 	h, _ := credential.NewHasher(secret)
 	d, _ := h.Digest([]byte(key))
-	tn.Plane().BindKey(d, id)
-	tn.Plane().MarkReady()
-	time.Sleep(20 * time.Millisecond) // state reaches every shard within a loop tick
+	if err := tn.store.AddKey(ctx, ledger.Key{ID: "k-" + key, Account: id, Digest: d, CreatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	tn.prov.BindKey(d, id)
 }
 
 const oneRequest = `{"workload":[{"op":"requests","count":1}]}`
@@ -222,13 +289,10 @@ func TestExactLimitAcrossShardsUnderLoad(t *testing.T) {
 }
 
 func TestShutdownReturnsUnspentUnits(t *testing.T) {
-	funder := control.NewMemoryFunder(3600e9)
-	n, err := Start(Config{Listen: "127.0.0.1:0", CPUs: []int{0, 0}, Secret: secret, Funder: funder,
-		Usage: &control.MemoryUsage{}, Log: zerolog.Nop()})
-	if err != nil {
+	tn := bindNode(t, 2)
+	if err := tn.Open(time.Now().Add(10 * time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	tn := &testNode{Node: n, funder: funder, url: "http://" + n.Addr()}
 	tn.provision(t, "acme", "key-acme", core.Limits{MaxItems: 100, HoldTimeout: 10e9}, 1000)
 	c := &http.Client{Timeout: 5 * time.Second}
 	for range 10 {
@@ -237,9 +301,9 @@ func TestShutdownReturnsUnspentUnits(t *testing.T) {
 		}
 	}
 	c.CloseIdleConnections()
-	n.Shutdown(time.Now().Add(2 * time.Second))
-	bal, out := funder.Balance("acme")
-	if bal != 990 || out != 0 {
-		t.Fatalf("after shutdown: balance %d, outstanding %d; want 990 and 0", bal, out)
+	tn.Shutdown(time.Now().Add(2 * time.Second))
+	acct, err := tn.store.Account(context.Background(), "acme")
+	if err != nil || acct.Balance() != 990 || acct.Outstanding != 0 || acct.Settled != 10 || acct.Loss != 0 {
+		t.Fatalf("after shutdown: %+v, %v; want balance 990, nothing outstanding or lost", acct, err)
 	}
 }

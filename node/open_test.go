@@ -12,12 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
-	"github.com/tollgated/tollgated/control"
 	"github.com/tollgated/tollgated/core"
-	"github.com/tollgated/tollgated/credential"
 	"github.com/tollgated/tollgated/httploop"
 )
 
@@ -26,14 +23,9 @@ import (
 // Open is on every shard when the first connection is accepted, so the
 // very first request on each shard is admitted, never 401.
 func TestBoundNodeRefusesUntilOpenThenKnowsEveryKey(t *testing.T) {
-	funder := control.NewMemoryFunder(3600e9)
 	const shards = 3
-	n, err := Bind(Config{Listen: "127.0.0.1:0", CPUs: make([]int, shards), Secret: secret, MaxReservations: 64,
-		Funder: funder, Usage: &control.MemoryUsage{}, Log: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Shutdown(time.Now().Add(2 * time.Second)) })
+	tn := bindNode(t, shards)
+	n := tn.Node
 	addr := n.Addr()
 	if _, err := net.DialTimeout("tcp", addr, time.Second); !errors.Is(err, unix.ECONNREFUSED) {
 		t.Fatalf("dial before Open: %v, want connection refused", err)
@@ -44,20 +36,9 @@ func TestBoundNodeRefusesUntilOpenThenKnowsEveryKey(t *testing.T) {
 
 	// Enough accounts that their messages overflow the rings into the
 	// plane's backlog: Open must deliver that too.
-	h, _ := credential.NewHasher(secret)
 	const accounts = 3000
 	for i := range accounts {
-		id := core.AccountID("acct-" + strconv.Itoa(i))
-		if err := funder.Deposit(id, 1_000_000, core.ScopeAgent); err != nil {
-			t.Fatal(err)
-		}
-		snap := &core.Snapshot{Account: id, Generation: 1, Permissions: 1, PermissionNames: []string{"chat"},
-			Limits: core.Limits{MaxItems: 100, HoldTimeout: 10e9}, Costs: core.CostTable{Classes: []core.OpClass{{Name: "requests", Weight: 1}}}}
-		if err := n.Plane().Install(snap); err != nil {
-			t.Fatal(err)
-		}
-		d, _ := h.Digest([]byte("key-" + strconv.Itoa(i)))
-		n.Plane().BindKey(d, id)
+		tn.create(t, core.AccountID("acct-"+strconv.Itoa(i)), "key-"+strconv.Itoa(i), core.Limits{MaxItems: 100, HoldTimeout: 10e9}, 1_000_000)
 	}
 	n.Plane().MarkReady()
 

@@ -177,6 +177,7 @@ func (s *Shard) runAdmit(r *Request, p core.Principal, mode admitMode, w *fundin
 			return
 		}
 	} else {
+		ctx.Rated() // its first attempt took its rate tokens
 		var current bool
 		if a, current = w.body(ctx.Snapshot()); !current {
 			// The policy changed, or the key now acts for another

@@ -35,6 +35,7 @@ type config struct {
 	demoUnits     uint64
 	adminToken    string
 	leaseTTL      time.Duration
+	nodeID        string
 	leaseGrace    time.Duration
 	fundingWait   time.Duration
 	retention     time.Duration
@@ -73,7 +74,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.StringVar(&c.admin, "admin", "127.0.0.1:9091", "admin API listen address, loopback by default")
 	fs.StringVar(&c.adminToken, "admin-token", "", "admin API bearer token; a flag's value shows in ps to every user of the machine: prefer --admin-token-file or TOLLGATED_ADMIN_TOKEN (default: generated on first start, printed once)")
 	fs.StringVar(&adminTokenFile, "admin-token-file", "", "read the admin API bearer token from this file (its whole content, surrounding whitespace trimmed)")
-	fs.DurationVar(&c.leaseTTL, "lease-ttl", time.Minute, "lifetime of a node lease from the ledger; a crashed node's unspent units are forfeited this long (plus 10 s grace) after its last grant")
+	fs.DurationVar(&c.leaseTTL, "lease-ttl", time.Minute, "lifetime of a node lease from the ledger; a busy account's lease is extended every half of it, an idle one's handed back; a node that never returns after a crash forfeits its unspent units this long (plus --lease-grace) after its last extension")
+	fs.StringVar(&c.nodeID, "node-id", "", "this node's id, recorded on the leases it holds (default: the one stored in --data-dir, or a new random one stored there on first start)")
 	fs.IntVar(&c.shards, "shards", 0, "number of shards (default: one per allowed CPU)")
 	fs.StringVar(&cpus, "cpus", "", "CPUs to pin shards to, Linux cpulist syntax such as 0-3,6 (default: the CPUs this process may use)")
 	fs.DurationVar(&c.leaseGrace, "lease-grace", 10*time.Second, "how long past expiry a lease may still be released before its remainder is forfeited")

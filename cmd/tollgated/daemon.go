@@ -92,7 +92,13 @@ func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err 
 	if err := d.openSpool(cfg); err != nil {
 		return nil, err
 	}
-	funder := control.NewLedgerFunder(d.store, control.LeaseConfig{TTL: cfg.leaseTTL})
+	nodeID, err := nodeIdentity(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.recover(ctx, nodeID); err != nil {
+		return nil, err
+	}
 	var prov atomic.Pointer[control.Provisioner]
 	d.node, err = node.Bind(node.Config{
 		Listen: cfg.listen, CPUs: shardCPUs, Secret: secret, MaxReservations: cfg.maxInFlight,
@@ -101,21 +107,30 @@ func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err 
 			MaxConns: cfg.loop.maxConns, MaxOutput: cfg.loop.maxOutput,
 			IdleTimeout: cfg.loop.idle, HeaderTimeout: cfg.loop.header, BodyTimeout: cfg.loop.body,
 		},
-		Plane: control.Config{Spool: d.spool, Claims: d.claims, UsageChanged: func(ids []core.AccountID) {
-			if p := prov.Load(); p != nil {
-				p.UsageChanged(ids)
-			}
-		}},
-		Funder: funder, Durable: cfg.ack == "durable", FundingWait: fundingWait(cfg.fundingWait),
+		Plane: control.Config{
+			Store: d.store, Spool: d.spool, Appended: d.spool.Stats().Appended,
+			IsFull: func(err error) bool { return errors.Is(err, spool.ErrFull) },
+			Holder: nodeID, Lease: control.LeaseConfig{TTL: cfg.leaseTTL}, Claims: d.claims,
+			FundingChanged: func(ids []core.AccountID) {
+				if p := prov.Load(); p != nil {
+					p.UsageChanged(ids)
+				}
+			},
+		},
+		Durable: cfg.ack == "durable", FundingWait: fundingWait(cfg.fundingWait),
 		DrainUsage: d.drainUsage, Log: log,
 	})
 	if err != nil {
 		return nil, err
 	}
 	d.plane.Store(d.node.Plane())
+	d.exporter.Floor = d.node.Plane().Floor
 	d.prov = control.NewProvisioner(d.node.Plane(), d.store)
 	d.prov.Grace = cfg.leaseGrace
 	d.prov.EventRetention = cfg.retention
+	d.prov.OnError = func(err error) {
+		log.Error().Err(err).Msg("a credential change could not reach the shards; it is in the ledger and loads at the next start")
+	}
 	prov.Store(d.prov)
 	d.exporter.Changed = d.prov.UsageChanged
 	d.exporter.OnError = func(err error) {
@@ -130,7 +145,9 @@ func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err 
 	if err != nil {
 		return nil, err
 	}
-	d.node.Plane().MarkReady()
+	if err := d.node.Plane().MarkReady(); err != nil {
+		return nil, err
+	}
 	if err := d.openDataPlane(); err != nil { // clients are refused until now
 		return nil, err
 	}
@@ -190,6 +207,25 @@ func (d *daemon) openSpool(cfg config) error {
 	d.claims = control.NewPostPaidClaims()
 	d.exporter.Claims = d.claims
 	d.exporter.Resume(s.Stats().Released)
+	return nil
+}
+
+// recover bills what the spool holds and releases the leases this node
+// held when it last stopped, before anything serves (control.Recover): a
+// node that comes back after kill -9 forfeits nothing.
+func (d *daemon) recover(ctx context.Context, nodeID string) error {
+	r, err := control.Recover(ctx, d.store, d.spool, d.exporter, nodeID, time.Now().UnixNano())
+	if err != nil {
+		return fmt.Errorf("recovering this node's leases: %w", err)
+	}
+	if r.Leases > 0 || r.OpenCommits > 0 {
+		d.log.Info().Str("node_id", nodeID).Int("leases_released", r.Leases).Uint64("units_returned", uint64(r.Returned)).
+			Int("open_commits_billed", r.OpenCommits).Uint64("open_commit_units", uint64(r.OpenUnits)).
+			Msg("recovered the leases this node held: billed what its spool holds, returned the rest")
+	}
+	if r.Unaccounted > 0 {
+		d.log.Error().Int("leases", r.Unaccounted).Msg("some leases of this node could not be released; the ledger forfeits them after expiry and grace")
+	}
 	return nil
 }
 

@@ -19,6 +19,8 @@ import (
 	"syscall"
 
 	"github.com/rs/zerolog"
+
+	"github.com/tollgated/tollgated/invariant"
 )
 
 // version is set at link time (-ldflags "-X main.version=v1.2.3"); without
@@ -64,6 +66,9 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, st
 		return 2
 	}
 	log := zerolog.New(stderr).Level(cfg.logLevel).With().Timestamp().Logger()
+	invariant.OnViolation(func(k invariant.Kind, detail string) {
+		log.Error().Str("invariant", k.String()).Str("detail", detail).Msg("BUG: a broken invariant (tollgated_invariant_violations_total)")
+	})
 	// The names come from the process environment: getenv answers values
 	// only, and a typo is a name no flag asks for.
 	for _, name := range unknownEnv(os.Environ(), cfg.knownEnv) {

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tollgated/tollgated/core"
+	"github.com/tollgated/tollgated/invariant"
 )
 
 // nodeCollector exposes the data plane, the control plane, the spool and
@@ -18,24 +19,27 @@ type nodeCollector struct{ d *daemon }
 func newNodeCollector(d *daemon) prometheus.Collector { return nodeCollector{d} }
 
 var (
-	descAdmitted   = desc("admitted_total", "Requests admitted, per shard.", "shard")
-	descDenials    = desc("denials_total", "Requests denied, by reason (one series per reason).", "reason")
-	descOutcomes   = desc("reservations_total", "Admitted reservations by how they ended.", "outcome")
-	descBilled     = desc("units_billed_total", "Cost units billed by the shards.")
-	descRequests   = desc("http_requests_total", "HTTP requests handled, per shard.", "shard")
-	descConns      = desc("http_connections", "Open data-plane connections, per shard.", "shard")
-	descInFlight   = desc("reservations_in_flight", "Reservations held now, per shard.", "shard")
-	descParked     = desc("answers_waiting_for_durability", "Answers held until their usage is on disk, per shard.", "shard")
-	descWaiting    = desc("requests_waiting_for_funding", "Requests waiting for their shard's next lease slice, per shard.", "shard")
-	descWaits      = desc("funding_waits_total", "Requests that waited for funding, by how the wait ended: expired (still refused at the deadline), full (no room to wait: refused at once), abandoned (the client left first: dropped unbilled), or waited (all that waited).", "outcome")
-	descRing       = desc("ring_depth", "Messages waiting in a ring, per shard and direction.", "shard", "direction")
-	descLeases     = desc("lease_operations_total", "Ledger lease operations by the control plane.", "operation")
-	descUsage      = desc("usage_exported_total", "Usage events exported to the ledger, by result.", "result")
-	descSpooled    = desc("usage_spooled_total", "Usage events appended to the spool.")
-	descSpoolLag   = desc("spool_lag_events", "Spooled usage events not yet exported to the ledger.")
-	descSpoolBytes = desc("spool_pending_bytes", "Spooled bytes not yet on disk.")
-	descDroppedRec = desc("spool_recovery_dropped_records_total", "Records the spool cut from a torn or damaged tail when it opened, as far as the cut bytes show them: usage never billed.")
-	descDroppedB   = desc("spool_recovery_dropped_bytes_total", "Bytes the spool cut from a torn or damaged tail when it opened.")
+	descAdmitted    = desc("admitted_total", "Requests admitted, per shard.", "shard")
+	descDenials     = desc("denials_total", "Requests denied, by reason (one series per reason).", "reason")
+	descOutcomes    = desc("reservations_total", "Admitted reservations by how they ended.", "outcome")
+	descBilled      = desc("units_billed_total", "Cost units billed by the shards.")
+	descRequests    = desc("http_requests_total", "HTTP requests handled, per shard.", "shard")
+	descConns       = desc("http_connections", "Open data-plane connections, per shard.", "shard")
+	descInFlight    = desc("reservations_in_flight", "Reservations held now, per shard.", "shard")
+	descParked      = desc("answers_waiting_for_durability", "Answers held until their usage is on disk, per shard.", "shard")
+	descWaiting     = desc("requests_waiting_for_funding", "Requests waiting for their shard's next lease slice, per shard.", "shard")
+	descWaits       = desc("funding_waits_total", "Requests that waited for funding, by how the wait ended: expired (still refused at the deadline), full (no room to wait: refused at once), abandoned (the client left first: dropped unbilled), or waited (all that waited).", "outcome")
+	descRing        = desc("ring_depth", "Messages waiting in a ring, per shard and direction.", "shard", "direction")
+	descLeases      = desc("lease_operations_total", "Ledger lease operations by the control plane.", "operation")
+	descUsage       = desc("usage_exported_total", "Usage events exported to the ledger, by result.", "result")
+	descSpooled     = desc("usage_spooled_total", "Usage events appended to the spool.")
+	descSpoolLag    = desc("spool_lag_events", "Spooled usage events not yet exported to the ledger.")
+	descSpoolBytes  = desc("spool_pending_bytes", "Spooled bytes not yet on disk.")
+	descDroppedRec  = desc("spool_recovery_dropped_records_total", "Records the spool cut from a torn or damaged tail when it opened, as far as the cut bytes show them: usage never billed.")
+	descOpenCommits = desc("open_commits", "Committed reservations whose end the spool has not seen yet: billed at their quote if the node dies.")
+	descSpoolBroken = desc("spool_broken", "1 once the spool failed a write or sync: nothing more becomes durable, billing answers stop.")
+	descInvariants  = desc("invariant_violations_total", "Broken invariants by kind: each is a bug, logged as an error when it happens.", "kind")
+	descDroppedB    = desc("spool_recovery_dropped_bytes_total", "Bytes the spool cut from a torn or damaged tail when it opened.")
 )
 
 func desc(name, help string, labels ...string) *prometheus.Desc {
@@ -88,14 +92,15 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	r := d.node.Plane().Report()
 	for i := range r.RingIn {
-		gauge(ch, descRing, float64(r.RingIn[i]+r.Backlog[i]), strconv.Itoa(i), "to_shard")
+		gauge(ch, descRing, float64(r.RingIn[i]+r.Queued[i]), strconv.Itoa(i), "to_shard")
 		gauge(ch, descRing, float64(r.RingOut[i]), strconv.Itoa(i), "to_plane")
 	}
 	f := r.Funding
 	for _, op := range []struct {
 		name string
 		n    uint64
-	}{{"acquired", f.Acquired}, {"consolidated", f.Consolidated}, {"released", f.Released}, {"refused", f.Refused}, {"error", f.Errors}} {
+	}{{"acquired", f.Acquired}, {"extended", f.Extended}, {"released", f.Released}, {"refused", f.Refused},
+		{"error", f.Errors}, {"handed_back", f.HandedBack}, {"sibling_handed_back", f.SiblingsHandedBack}, {"rotated", f.Rotated}} {
 		counter(ch, descLeases, float64(op.n), op.name)
 	}
 	ex := d.exporter.Stats()
@@ -103,11 +108,23 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(ch, descUsage, float64(ex.Duplicate), "duplicate")
 	counter(ch, descUsage, float64(ex.Rejected), "rejected")
 	sp := d.spool.Stats()
-	counter(ch, descSpooled, float64(r.Durability.Spooled))
+	counter(ch, descSpooled, float64(r.Durability.Appended))
+	gauge(ch, descOpenCommits, float64(r.Durability.OpenCommits))
+	gauge(ch, descSpoolBroken, boolGauge(r.SpoolBroken))
+	for _, k := range invariant.Kinds() {
+		counter(ch, descInvariants, float64(invariant.Count(k)), k.String())
+	}
 	gauge(ch, descSpoolLag, float64(sp.Appended-min(sp.Appended, ex.Exported)))
 	gauge(ch, descSpoolBytes, float64(sp.PendingBytes))
 	counter(ch, descDroppedRec, float64(sp.DroppedRecords))
 	counter(ch, descDroppedB, float64(sp.Truncated))
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func counter(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, labels ...string) {

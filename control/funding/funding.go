@@ -212,8 +212,8 @@ type account struct {
 	need      core.CostUnits // largest quote refused and not yet funded
 	retryAt   int64
 	lastDraw  int64 // last refill asked or usage settled
-	drawn     core.CostUnits
-	markDrawn core.CostUnits // drawn at markAt
+	spent     core.CostUnits // usage settled against its leases, ever
+	markSpent core.CostUnits // spent at markAt
 	markAt    int64
 	rate      core.CostUnits // units per second, measured between calls
 	reclaimAt int64
@@ -301,7 +301,6 @@ func (m *Machine) Return(from int, id core.AccountID, token uint64, units core.C
 	}
 	l.out -= units
 	l.pool += units
-	a.drawn -= min(a.drawn, units)
 	if l.retiring {
 		m.quiesced(a, l)
 		return
@@ -322,6 +321,7 @@ func (m *Machine) Settle(id core.AccountID, token uint64, units core.CostUnits, 
 	}
 	l.out -= units
 	l.spent += units
+	a.spent += units
 	a.lastDraw = now
 	if l.retiring {
 		m.quiesced(a, l)
@@ -528,7 +528,8 @@ func (m *Machine) serve(a *account, now int64) {
 		if !sl.wants {
 			continue
 		}
-		units := m.sliceSize(a, l, i, now)
+		size := m.nextSize(sl, now)
+		units := m.sliceOf(a, l, sl, size)
 		if units == 0 || units < sl.needed {
 			starving = true
 			continue
@@ -540,10 +541,9 @@ func (m *Machine) serve(a *account, now int64) {
 			continue
 		}
 		sl.seq++
-		sl.wants, sl.needed, sl.lastGrant, sl.size = false, 0, now, max(sl.size, units)
+		sl.wants, sl.needed, sl.lastGrant, sl.size = false, 0, now, size
 		l.pool -= units
 		l.out += units
-		a.drawn += units
 		m.stats.Grants++
 	}
 	if !a.wanting() {
@@ -553,16 +553,19 @@ func (m *Machine) serve(a *account, now int64) {
 	if starving || low {
 		m.ensureCall(a, now)
 	}
-	if starving && l.pool < a.need && l.out > 0 {
+	if starving && l.short && l.out > 0 {
+		// Near exhaustion the ledger has no more: move what idles in
+		// other shards' slices to the starving one.
 		m.reclaimSlices(a, l, now)
 	}
 	m.arm(a, now)
 }
 
-// sliceSize is what shard i gets next: its adaptive size, at most a fair
-// share of a short lease, at least the quote it needs, at most the pool.
-func (m *Machine) sliceSize(a *account, l *lease, i int, now int64) core.CostUnits {
-	sl := &a.shards[i]
+// nextSize is a shard's next slice size: doubled when its last slice went
+// within SliceFast, halved when it lasted over SliceSlow. It changes
+// nothing: only a grant made at that size becomes the shard's size, so a
+// starving shard asking again and again does not inflate it.
+func (m *Machine) nextSize(sl *slice, now int64) core.CostUnits {
 	s := sl.size
 	switch since := now - sl.lastGrant; {
 	case s == 0:
@@ -572,7 +575,13 @@ func (m *Machine) sliceSize(a *account, l *lease, i int, now int64) core.CostUni
 	case since > m.cfg.SliceSlow:
 		s = max(s/2, m.cfg.MinSlice)
 	}
-	sl.size = s
+	return s
+}
+
+// sliceOf is what a shard gets of l at size: at most a fair share of a
+// short lease, at least the quote it needs, at most the pool.
+func (m *Machine) sliceOf(a *account, l *lease, sl *slice, size core.CostUnits) core.CostUnits {
+	s := size
 	if l.short {
 		// Near exhaustion the lease is all there is: split it over the
 		// shards, so the first to ask does not hold all of it.
@@ -616,37 +625,52 @@ func (m *Machine) ensureCall(a *account, now int64) {
 	} else {
 		l = a.cur
 		c.Kind, c.Lease, c.Token = CallExtend, l.id, l.token
+		// Top the lease up to its target, and at least to what the shards
+		// waiting for a slice would take now.
 		held := l.pool + l.out
-		c.Want = 0
+		c.Want, c.Need = 0, 0
 		if target > held {
 			c.Want = target - held
 		}
-		if a.need > l.pool {
-			c.Want = max(c.Want, a.need-l.pool)
-			c.Need = a.need - l.pool
-		} else {
-			c.Need = 0
+		if w := m.wanted(a, now); w > l.pool {
+			c.Want = max(c.Want, w-l.pool)
 		}
+		if a.need > l.pool {
+			c.Need = a.need - l.pool
+		}
+	}
+	if l != nil && c.Want == 0 && c.Need == 0 && now < l.expires-m.cfg.RenewBefore {
+		return // it would ask for nothing, and it is not yet time to renew
 	}
 	a.calling = true
 	m.call(&pending{call: c, acct: a, lease: l})
 }
 
-// target sizes a lease from the account's draw: enough for a whole TTL at
-// the rate measured since the last call, but never below MinLease (nor
-// four times the quote waiting) and never above MaxLease. Until a draw has
-// been measured over at least 100 ms, a lease that ran dry doubles.
-func (m *Machine) target(a *account, now int64) core.CostUnits {
-	const window = 100e6
-	var t core.CostUnits
-	if elapsed := now - a.markAt; a.markAt != 0 && elapsed >= window {
-		drawn := a.drawn - min(a.markDrawn, a.drawn)
-		a.rate = max(perSecond(drawn, elapsed), a.rate/2)
-	} else if l := a.cur; l != nil && l.pool < l.granted/4 {
-		t = 2 * l.granted
+// wanted is what the shards waiting for a slice of a would take now.
+func (m *Machine) wanted(a *account, now int64) core.CostUnits {
+	var w core.CostUnits
+	for i := range a.shards {
+		if sl := &a.shards[i]; sl.wants {
+			w += max(m.nextSize(sl, now), sl.needed)
+		}
 	}
-	a.markAt, a.markDrawn = now, a.drawn
-	t = max(t, scale(a.rate, m.cfg.TTL), m.cfg.MinLease, 4*a.need)
+	return w
+}
+
+// target sizes a lease from the account's spending (usage settled, not
+// slices handed out, which run ahead of it): enough for a whole TTL at the
+// rate measured since the last call (over at least window; the rate decays
+// by half per call when spending slows), never below MinLease nor four
+// times the quote waiting, never above MaxLease.
+func (m *Machine) target(a *account, now int64) core.CostUnits {
+	const window = 10e6
+	if elapsed := now - a.markAt; a.markAt != 0 && elapsed >= window {
+		a.rate = max(perSecond(a.spent-a.markSpent, elapsed), a.rate/2)
+		a.markAt, a.markSpent = now, a.spent
+	} else if a.markAt == 0 {
+		a.markAt, a.markSpent = now, a.spent
+	}
+	t := max(scale(a.rate, m.cfg.TTL), m.cfg.MinLease, 4*a.need)
 	return min(t, m.cfg.MaxLease)
 }
 
