@@ -22,18 +22,18 @@ import (
 type Kind uint8
 
 const (
-	LostUsage         Kind = iota // a billed event found no ring room although room was reserved
-	AckOversize                   // a parked answer was larger than its slot
-	InstallRefused                // a shard refused a snapshot the plane sent
-	GrantRefused                  // a shard could not apply a grant (the units were handed back)
-	UnknownReturn                 // units returned for a lease the plane never sliced them from
-	UnknownSettle                 // usage settled against a lease the plane does not hold
-	LeaseBooks                    // a node lease's granted != pool + out + spent
-	SliceBooks                    // a shard lease slot's granted != available + held + billed + returned
-	LedgerRefusedRelease          // the ledger refused a release the plane believed exact
-	SpoolBroken                   // the spool failed a write or sync: nothing more becomes durable
-	RecoveryMismatch              // same-node recovery found a lease it cannot account for
-	ShareSum                      // shares of a limit summed past the limit
+	LostUsage            Kind = iota // a billed event found no ring room although room was reserved
+	AckOversize                      // a parked answer was larger than its slot
+	InstallRefused                   // a shard refused a snapshot the plane sent
+	GrantRefused                     // a shard could not apply a grant (the units were handed back)
+	UnknownReturn                    // units returned for a lease the plane never sliced them from
+	UnknownSettle                    // usage settled against a lease the plane does not hold
+	LeaseBooks                       // a node lease's granted != pool + out + spent
+	SliceBooks                       // a shard lease slot's granted != available + held + billed + returned
+	LedgerRefusedRelease             // the ledger refused a release the plane believed exact
+	SpoolBroken                      // the spool failed a write or sync: nothing more becomes durable
+	RecoveryMismatch                 // same-node recovery found a lease it cannot account for
+	ShareSum                         // shares of a limit summed past the limit
 	numKinds
 )
 

@@ -171,8 +171,8 @@ type Result struct {
 // Stats counts what the machine did.
 type Stats struct {
 	Acquired, Extended, Released, Refused, Errors uint64
-	HandedBack, SiblingsHandedBack, Rotated      uint64
-	Grants, Reclaims                             uint64
+	HandedBack, SiblingsHandedBack, Rotated       uint64
+	Grants, Reclaims                              uint64
 }
 
 // Machine is the funding state machine. It is not safe for concurrent use.
@@ -211,7 +211,7 @@ type account struct {
 	calling   bool           // an acquire or extend is in flight or waiting
 	need      core.CostUnits // largest quote refused and not yet funded
 	retryAt   int64
-	lastDraw  int64 // last refill asked or usage settled
+	lastDraw  int64          // last refill asked or usage settled
 	spent     core.CostUnits // usage settled against its leases, ever
 	markSpent core.CostUnits // spent at markAt
 	markAt    int64
@@ -223,10 +223,10 @@ type account struct {
 }
 
 type lease struct {
-	id, token               uint64
-	granted, pool, out      core.CostUnits
-	spent                   core.CostUnits
-	expires, renewedAt      int64
+	id, token              uint64
+	granted, pool, out     core.CostUnits
+	spent                  core.CostUnits
+	expires, renewedAt     int64
 	short, retiring, asked bool
 }
 
@@ -960,7 +960,7 @@ func (h timerHeap) Less(i, j int) bool {
 	return h[i].seq < h[j].seq
 }
 func (h timerHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *timerHeap) Push(x any) { *h = append(*h, x.(timer)) }
+func (h *timerHeap) Push(x any)   { *h = append(*h, x.(timer)) }
 func (h *timerHeap) Pop() any {
 	old := *h
 	t := old[len(old)-1]

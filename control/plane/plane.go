@@ -86,9 +86,9 @@ type Ingest struct {
 // Stats counts what the machine did.
 type Stats struct {
 	Usage, Commits, Refills, Forwards, PostPaid uint64
-	Funding                                    funding.Stats
-	Shares                                     shares.Stats
-	Durability                                 durability.Stats
+	Funding                                     funding.Stats
+	Shares                                      shares.Stats
+	Durability                                  durability.Stats
 }
 
 // Machine is the control plane's state.
