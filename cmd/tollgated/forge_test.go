@@ -106,6 +106,13 @@ func TestForgeAgentsAgainstARealTollgated(t *testing.T) {
 		t.Fatalf("usage: %v", m)
 	}
 	waitDecision(t, p, tok, "agent-7", "deny")
+	// Re-sent, the batch bills nothing; a ghost's event is rejected. The
+	// platform counts each event by what its reporter was told.
+	p.postUsage(tok, "agent-7", 5, 100, "run")
+	p.postUsage(tok, "ghost-agent", 1, 100, "ghost")
+	for result, n := range map[string]float64{"accepted": 5, "duplicate": 5, "rejected": 1} {
+		p.waitMetric(t, `tollgated_platform_usage_events_total{result="`+result+`"}`, n)
+	}
 	cases := []forgeCase{
 		{"ghost-agent", "acme-org", "research", "deny unknown_agent agent"},
 		{"agent-7", "acme-org", "research", "deny cost_limit_exceeded workspace"},
