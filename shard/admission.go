@@ -109,7 +109,7 @@ func (s *Shard) serveAdmission(r *Request) {
 func (s *Shard) decodeAdmissionQuery(req *fasthttp.Request) (agent []byte, p fieldProblem) {
 	defer s.recoverDecode(&p)
 	s.faultIn()
-	s.path("agent_id")
+	s.atTop()
 	n := 0
 	req.URI().QueryArgs().VisitAll(func(k, v []byte) {
 		if string(k) == "agent_id" {
@@ -121,8 +121,10 @@ func (s *Shard) decodeAdmissionQuery(req *fasthttp.Request) (agent []byte, p fie
 	})
 	switch {
 	case n > 1:
+		s.refuseField("agent_id")
 		return nil, fieldProblem{problemDuplicateField, detailAgentID}
 	case !plainText(agent, core.MaxAccountIDLen):
+		s.refuseField("agent_id")
 		return nil, fieldProblem{problemInvalidQuery, detailAgentID}
 	}
 	return agent, p

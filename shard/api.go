@@ -239,13 +239,17 @@ func (s *Shard) decodeAdmit(body []byte, snap *core.Snapshot) (a admitBody, p fi
 		return a, p
 	}
 	if f[0] != nil {
-		name, p := s.text(f[0], "permission", maxNameLen, detailPermission)
+		name, p := s.str(f[0], "permission", maxNameLen, detailPermission)
 		if p.refused() {
 			return a, p
 		}
 		var known bool
-		a.perms, known = snap.Permission(name)
-		a.unknownPermission = !known
+		if a.perms, known = snap.Permission(name); !known {
+			if p = s.plainName(name, "permission", detailPermission); p.refused() {
+				return a, p
+			}
+			a.unknownPermission = true
+		}
 	}
 	lines, p := s.array(f[1], "workload", 0, MaxWorkLines, detailWorkload)
 	if p.refused() {
@@ -269,8 +273,9 @@ func (s *Shard) decodeAdmit(body []byte, snap *core.Snapshot) (a admitBody, p fi
 
 // decodeLine reads workload line i, {"op":"…","count":N}.
 func (s *Shard) decodeLine(line *fastjson.Value, i int, snap *core.Snapshot) (core.WorkItem, fieldProblem) {
-	s.pathIndex("workload", i)
+	s.atElement("workload", i)
 	if line.Type() != fastjson.TypeObject {
+		s.refuseField("")
 		return core.WorkItem{}, invalid(detailLineObject)
 	}
 	o, _ := line.Object()
@@ -278,17 +283,20 @@ func (s *Shard) decodeLine(line *fastjson.Value, i int, snap *core.Snapshot) (co
 	if p := s.fields(o, lineFields[:], f[:]); p.refused() {
 		return core.WorkItem{}, p
 	}
-	name, p := s.text(f[0], "op", maxNameLen, detailOp)
-	if p.refused() {
-		return core.WorkItem{}, p
-	}
-	n, p := s.integer(f[1], "count", 0, maxInt, detailCount)
+	name, p := s.str(f[0], "op", maxNameLen, detailOp)
 	if p.refused() {
 		return core.WorkItem{}, p
 	}
 	op, ok := snap.OpIndexOf(name)
 	if !ok {
+		if p = s.plainName(name, "op", detailOp); p.refused() {
+			return core.WorkItem{}, p
+		}
 		op = core.OpIndex(len(snap.Costs.Classes))
+	}
+	n, p := s.integer(f[1], "count", 0, maxInt, detailCount)
+	if p.refused() {
+		return core.WorkItem{}, p
 	}
 	return core.WorkItem{Op: op, Count: n}, fieldProblem{}
 }

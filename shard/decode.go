@@ -100,34 +100,49 @@ const (
 	detailUnits       = "must be an integer from 0 to 9223372036854775807"
 )
 
-// Field paths.
+// Field paths. A decoder says where it is reading (atTop, atElement);
+// the refused field's path is written only when a field is refused, so
+// decoding a good body writes none.
 
-// path starts the field path over at name.
-func (s *Shard) path(name string) { s.field = append(s.field[:0], name...) }
-
-// pathIndex starts the field path over at name[i].
-func (s *Shard) pathIndex(name string, i int) {
-	s.field = append(s.field[:0], name...)
-	s.field = append(s.field, '[')
-	s.field = strconv.AppendInt(s.field, int64(i), 10)
-	s.field = append(s.field, ']')
+// fieldAt is where a decoder reads: the top level (array ""), or element
+// index of array.
+type fieldAt struct {
+	array string
+	index int
 }
 
-// member appends name to the field path: ".name", or name at the top.
-func (s *Shard) member(name string) {
-	if len(s.field) > 0 {
-		s.field = append(s.field, '.')
-	}
-	s.field = append(s.field, name...)
+func (s *Shard) atTop() {
+	s.at = fieldAt{}
+	s.field = s.field[:0]
 }
 
-// memberKey appends a key the client sent, cut to maxEchoedKey bytes.
-// Escaping it for the answer is writeFieldProblem's job.
-func (s *Shard) memberKey(key []byte) {
-	if len(s.field) > 0 {
-		s.field = append(s.field, '.')
+func (s *Shard) atElement(array string, i int) { s.at = fieldAt{array, i} }
+
+// refuseField writes the path of field name at the current place ("" for
+// the array element itself).
+func (s *Shard) refuseField(name string) { s.field = append(s.place(name != ""), name...) }
+
+// refuseKey writes the path of a key the client sent, cut to maxEchoedKey
+// bytes. Escaping it for the answer is writeFieldProblem's job.
+func (s *Shard) refuseKey(key []byte) {
+	s.field = append(s.place(true), key[:min(len(key), maxEchoedKey)]...)
+}
+
+// place starts the path at the current place: "" at the top level,
+// "array[i]" (and a "." before a member) in an element.
+func (s *Shard) place(member bool) []byte {
+	b := s.field[:0]
+	if s.at.array == "" {
+		return b
 	}
-	s.field = append(s.field, key[:min(len(key), maxEchoedKey)]...)
+	b = append(b, s.at.array...)
+	b = append(b, '[')
+	b = strconv.AppendInt(b, int64(s.at.index), 10)
+	b = append(b, ']')
+	if member {
+		b = append(b, '.')
+	}
+	return b
 }
 
 // Objects and values.
@@ -135,7 +150,7 @@ func (s *Shard) memberKey(key []byte) {
 // object parses body as one JSON object, refusing it if it is longer
 // than limit. The values live in s.parser until its next parse.
 func (s *Shard) object(body []byte, limit int) (*fastjson.Object, fieldProblem) {
-	s.field = s.field[:0]
+	s.atTop()
 	if len(body) > limit {
 		return nil, fieldProblem{problemBodyTooLarge, detailTooLarge}
 	}
@@ -150,8 +165,27 @@ func (s *Shard) object(body []byte, limit int) (*fastjson.Object, fieldProblem) 
 // fields matches o's keys with names, storing each value at its name's
 // index in vals (which must be all nil and as long as names). A key not
 // in names, or one already seen, is refused, naming it under the current
-// path. The keys are compared unescaped: "\u0061" and "a" are one key.
+// place. Keys are compared unescaped: "\u0061" and "a" are one key.
 func (s *Shard) fields(o *fastjson.Object, names []string, vals []*fastjson.Value) fieldProblem {
+	// Usually every key is a known name, once, as sent: looking the names
+	// up (fastjson compares keys as sent while no name is missing) finds
+	// as many as there are keys, and there is nothing else to see. Found
+	// counts distinct names, so any unknown or repeated key leaves it
+	// short of the key count.
+	found, n := 0, o.Len()
+	for i, name := range names {
+		if found == n {
+			break
+		}
+		if vals[i] = o.Get(name); vals[i] != nil {
+			found++
+		}
+	}
+	if found == n {
+		return fieldProblem{}
+	}
+	// Find the first key at fault, in the order sent.
+	clear(vals)
 	var bad []byte
 	kind := noProblem
 	o.Visit(func(key []byte, v *fastjson.Value) {
@@ -171,28 +205,51 @@ func (s *Shard) fields(o *fastjson.Object, names []string, vals []*fastjson.Valu
 			vals[i] = v
 		}
 	})
-	if kind == noProblem {
-		return fieldProblem{}
-	}
-	s.memberKey(bad)
-	if kind == problemUnknownField {
+	switch kind {
+	case problemUnknownField:
+		s.refuseKey(bad)
 		return fieldProblem{kind, detailUnknown}
+	case problemDuplicateField:
+		s.refuseKey(bad)
+		return fieldProblem{kind, detailDuplicate}
 	}
-	return fieldProblem{kind, detailDuplicate}
+	return fieldProblem{}
 }
 
 // text returns field name's string value, if it is one of 1 to maxLen
 // bytes of UTF-8 without control characters; otherwise the refusal, with
 // the path pointing at it. A nil v (absent) is refused too.
 func (s *Shard) text(v *fastjson.Value, name string, maxLen int, detail string) ([]byte, fieldProblem) {
+	b, p := s.str(v, name, maxLen, detail)
+	if p.refused() || plainText(b, maxLen) {
+		return b, p
+	}
+	s.refuseField(name)
+	return nil, invalid(detail)
+}
+
+// str is text without the look at the bytes, for a name the caller looks
+// up in a policy: every name a policy defines is plain ASCII
+// ([a-z0-9_.-]), so a name found is plain text already, and only one not
+// found needs plainName.
+func (s *Shard) str(v *fastjson.Value, name string, maxLen int, detail string) ([]byte, fieldProblem) {
 	if v != nil && v.Type() == fastjson.TypeString {
-		b, _ := v.StringBytes()
-		if plainText(b, maxLen) {
+		if b, _ := v.StringBytes(); len(b) > 0 && len(b) <= maxLen {
 			return b, fieldProblem{}
 		}
 	}
-	s.member(name)
+	s.refuseField(name)
 	return nil, invalid(detail)
+}
+
+// plainName refuses a name str returned that no policy found, unless it
+// is plain text.
+func (s *Shard) plainName(b []byte, name, detail string) fieldProblem {
+	if plainText(b, maxNameLen) {
+		return fieldProblem{}
+	}
+	s.refuseField(name)
+	return invalid(detail)
 }
 
 // integer returns field name's value, if it is a plain JSON integer from
@@ -206,7 +263,7 @@ func (s *Shard) integer(v *fastjson.Value, name string, lo, hi uint64, detail st
 			return n, fieldProblem{}
 		}
 	}
-	s.member(name)
+	s.refuseField(name)
 	return 0, invalid(detail)
 }
 
@@ -219,7 +276,7 @@ func (s *Shard) array(v *fastjson.Value, name string, lo, hi int, detail string)
 			return a, fieldProblem{}
 		}
 	}
-	s.member(name)
+	s.refuseField(name)
 	return nil, invalid(detail)
 }
 
@@ -243,18 +300,35 @@ func plainUint(b []byte) (uint64, bool) {
 }
 
 // plainText reports whether b is 1 to maxLen bytes of valid UTF-8 with no
-// control character (C0, DEL).
+// control character (C0, DEL). Names are ASCII: one table lookup a byte,
+// and utf8.Valid only for text that is not.
 func plainText(b []byte, maxLen int) bool {
-	if len(b) == 0 || len(b) > maxLen || !utf8.Valid(b) {
+	if len(b) == 0 || len(b) > maxLen {
 		return false
 	}
+	var kinds byte
 	for _, c := range b {
-		if c < 0x20 || c == 0x7f {
-			return false
+		kinds |= byteKind[c]
+	}
+	return kinds&kindControl == 0 && (kinds&kindHigh == 0 || utf8.Valid(b))
+}
+
+const (
+	kindControl = 1 << iota // C0 or DEL
+	kindHigh                // not ASCII
+)
+
+var byteKind = func() (t [256]byte) {
+	for c := range t {
+		switch {
+		case c < 0x20 || c == 0x7f:
+			t[c] = kindControl
+		case c >= utf8.RuneSelf:
+			t[c] = kindHigh
 		}
 	}
-	return true
-}
+	return t
+}()
 
 // appendEscaped appends b as the inside of a JSON string: quotes,
 // backslashes and control characters escaped, and every byte that is not

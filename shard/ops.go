@@ -76,7 +76,7 @@ func (s *Shard) decodeReservation(body []byte, op Op) (owner uint16, id uint64, 
 	}
 	owner, id, ok := parseReservation(rb)
 	if !ok {
-		s.member("reservation")
+		s.refuseField("reservation")
 		return 0, 0, 0, invalid(detailReservation)
 	}
 	units = core.MaxCostUnits

@@ -107,7 +107,7 @@ func (s *Shard) servePostPaid(r *Request) {
 func (s *Shard) decodePostPaid(body []byte) (b *PostPaidBatch, p fieldProblem) {
 	defer s.recoverDecode(&p)
 	s.faultIn()
-	s.field = s.field[:0]
+	s.atTop()
 	var parser fastjson.Parser
 	v, err := parser.ParseBytes(body)
 	if err != nil || v.Type() != fastjson.TypeObject {
@@ -141,8 +141,9 @@ func (s *Shard) decodePostPaid(body []byte) (b *PostPaidBatch, p fieldProblem) {
 // agent_id that names no account is well formed here; the caller rejects
 // it.
 func (s *Shard) decodeEvent(e *fastjson.Value, i int) (PostPaid, fieldProblem) {
-	s.pathIndex("events", i)
+	s.atElement("events", i)
 	if e.Type() != fastjson.TypeObject {
+		s.refuseField("")
 		return PostPaid{}, invalid(detailLineObject)
 	}
 	o, _ := e.Object()
@@ -168,7 +169,7 @@ func (s *Shard) decodeEvent(e *fastjson.Value, i int) (PostPaid, fieldProblem) {
 	}
 	t, err := time.Parse(time.RFC3339Nano, string(at))
 	if err != nil || t.Before(minOccurredAt) || !t.Before(maxOccurredAt) {
-		s.member("occurred_at")
+		s.refuseField("occurred_at")
 		return PostPaid{}, invalid(detailOccurredAt)
 	}
 	return PostPaid{ID: PostPaidID(id), Account: core.AccountID(agent), Units: core.CostUnits(units),

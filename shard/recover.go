@@ -41,7 +41,7 @@ func (s *Shard) recoverDecode(p *fieldProblem) {
 	if s.internalErrors == 1 {
 		s.logPanic(v, debug.Stack())
 	}
-	s.field = s.field[:0]
+	s.atTop()
 	*p = fieldProblem{problemInternal, detailInternal}
 }
 

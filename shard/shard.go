@@ -104,6 +104,7 @@ type Shard struct {
 	// scratch reused by every request; panics recovered in decoders, and
 	// the hook tests use to cause one.
 	field           []byte
+	at              fieldAt
 	num             []byte
 	internalErrors  uint64
 	testDecodeFault func()
