@@ -100,15 +100,16 @@ type Shard struct {
 	pending                                                 func(ticket uint64) bool
 	pub                                                     publishedStats
 
-	// Decoding (decode.go): the refused field's path and a number's text,
-	// scratch reused by every request; panics recovered in decoders, and
-	// the hook tests use to cause one.
+	// Decoding (decode.go): where a decoder reads, the refused field's
+	// path and a number's text, scratch reused by every request; panics
+	// recovered in decoders, and the hook tests use to cause one.
 	field           []byte
 	at              fieldAt
 	num             []byte
 	internalErrors  uint64
 	testDecodeFault func()
-	platformStats   PlatformStats
+	// platformStats counts the platform routes' answers (stats.go).
+	platformStats PlatformStats
 }
 
 // New returns a shard that receives from in and sends to out.
