@@ -67,7 +67,7 @@ func TestCreateKeyShowsItOnce(t *testing.T) {
 	if status != http.StatusOK || leaks(list, key, d) || strings.Contains(string(list), `"key"`) {
 		t.Fatalf("list: %d %s", status, list)
 	}
-	keys := jsonValue(t, list).(map[string]any)["keys"].([]any)
+	keys := jsonValue(t, list).(map[string]any)["items"].([]any)
 	if len(keys) != 2 || keys[0].(map[string]any)["id"] != id {
 		t.Fatalf("keys %v", keys)
 	}
@@ -91,7 +91,7 @@ func TestCreateKeyRefusals(t *testing.T) {
 	h := newHarness(t)
 	h.createAccount(`{"id":"acme"}`)
 	h.fails(http.StatusNotFound, codeUnknownAccount, "POST", "/v1/accounts/nobody/keys", "")
-	h.fails(http.StatusUnprocessableEntity, codeInvalidField, "POST", "/v1/accounts/acme/keys", `{"name":"x"}`)
+	h.fails(http.StatusUnprocessableEntity, codeInvalidField, "POST", "/v1/accounts/acme/keys", `{"colour":"x"}`)
 	h.fails(http.StatusBadRequest, codeInvalidJSON, "POST", "/v1/accounts/acme/keys", `{`)
 	h.ok(http.StatusOK, "POST", "/v1/accounts/acme/status", `{"status":"closed"}`)
 	h.fails(http.StatusConflict, codeClosedAccount, "POST", "/v1/accounts/acme/keys", "")
@@ -131,7 +131,7 @@ func TestRevokeKey(t *testing.T) {
 	if keys, _ := h.pub.revokes(); len(h.auditLog()) != records || len(keys) != 2 {
 		t.Fatal("repeat revoke audited or not re-sent")
 	}
-	list := h.ok(http.StatusOK, "GET", "/v1/accounts/acme/keys", "")["keys"].([]any)
+	list := h.ok(http.StatusOK, "GET", "/v1/accounts/acme/keys", "")["items"].([]any)
 	if list[0].(map[string]any)["revoked"] != true {
 		t.Fatalf("list after revoke %v", list)
 	}
