@@ -79,12 +79,12 @@ type Config struct {
 
 // Server serves the admin API.
 type Server struct {
-	store   ledger.Store
-	pub     Publisher
-	reg     *prometheus.Registry
-	now     func() int64
-	log     zerolog.Logger
-	metrics *metrics
+	store    ledger.Store
+	pub      Publisher
+	reg      *prometheus.Registry
+	now      func() int64
+	log      zerolog.Logger
+	metrics  *metrics
 	scrape   http.Handler // promhttp over reg
 	handler  http.Handler
 	holdings Holdings
