@@ -140,9 +140,9 @@ func walkDuplicates(dec *json.Decoder, path string, depth int) (string, bool) {
 			return "", false
 		}
 		key, _ := kt.(string)
-		p := key
+		p := fieldName(key)
 		if path != "" {
-			p = path + "." + key
+			p = path + "." + p
 		}
 		if seen[key] {
 			return p, true
@@ -178,10 +178,19 @@ func skipValue(dec *json.Decoder) {
 func (o object) only(names ...string) error {
 	for _, k := range slices.Sorted(maps.Keys(o)) {
 		if !slices.Contains(names, k) {
-			return fieldProblem(k, "unknown field")
+			return fieldProblem(fieldName(k), "unknown field")
 		}
 	}
 	return nil
+}
+
+// fieldName is how a problem names the key k: as is, but the empty key as
+// "" (a problem without a field would not say which one is wrong).
+func fieldName(k string) string {
+	if k == "" {
+		return `""`
+	}
+	return k
 }
 
 // kind is a raw JSON value's type, for refusals.

@@ -121,7 +121,7 @@ func policyError(err error) error {
 	case errors.Is(err, policy.ErrTooLarge):
 		return problemf(codeTooLarge, "%v", err)
 	case errors.Is(err, policy.ErrDuplicateKey) && errors.As(err, &fe):
-		return codeProblem(codeDuplicateField, fe.Field, "is given twice; each field once")
+		return codeProblem(codeDuplicateField, fieldName(fe.Field), "is given twice; each field once")
 	case errors.As(err, &fe):
 		return fieldProblem(fe.Field, "%s", fe.Problem)
 	case errors.Is(err, policy.ErrMalformed):

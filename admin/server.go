@@ -213,22 +213,23 @@ func cleanPath(p string) bool {
 // dispatch authenticates, then calls the endpoint for the method, or
 // answers 405 (404 for unmatched paths, which have no methods). Requests
 // that change something take no query parameters; GET handlers check
-// their own. detach runs the endpoint under requestTimeout instead of the
-// connection's context.
+// their own. Authentication, and the endpoint when detach, run under
+// requestTimeout instead of the connection's context.
 func (s *Server) dispatch(m methods, detach bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn := r.Context()
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(conn), requestTimeout)
+		defer cancel()
+		r = r.WithContext(ctx)
 		actor, err := s.authorize(r)
 		if err != nil {
 			s.fail(w, r, err)
 			return
 		}
-		ctx := withActor(r.Context(), adminActorPrefix+actor)
-		if detach {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), requestTimeout)
-			defer cancel()
+		if !detach {
+			ctx = conn
 		}
-		r = r.WithContext(ctx)
+		r = r.WithContext(withActor(ctx, adminActorPrefix+actor))
 		if len(m) == 0 {
 			s.fail(w, r, problemf(codeNotFound, "no route for %q", r.URL.Path))
 			return

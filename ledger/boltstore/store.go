@@ -174,6 +174,11 @@ type Options struct {
 	// events are kept for UsageOf; older ones are deleted as new ones
 	// arrive. 0 means DefaultUsageHistory.
 	UsageHistory int
+	// NoSync skips the fsync of every commit: a crash (of the machine, not
+	// only the process) can then lose changes a call reported done. For
+	// tests and fuzzing, which commit thousands of changes a second to
+	// throw away; the daemon never sets it.
+	NoSync bool
 }
 
 // Store is a ledger.Store over one bbolt file.
@@ -198,7 +203,7 @@ func Open(path string, opts Options) (*Store, error) {
 	if opts.UsageHistory == 0 {
 		opts.UsageHistory = DefaultUsageHistory
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: OpenTimeout})
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: OpenTimeout, NoSync: opts.NoSync, NoGrowSync: opts.NoSync})
 	if errors.Is(err, bolt.ErrTimeout) {
 		return nil, fmt.Errorf("%w: %s (gave up after %s): %w", ErrLocked, path, OpenTimeout, err)
 	}
