@@ -208,3 +208,25 @@ func TestFilteredPagesReadABoundedNumberOfAccounts(t *testing.T) {
 		t.Fatalf("malformed cursor: %v", err)
 	}
 }
+
+// TestLeaseCursorAtTheLastIDEndsTheListing: the next id after it would
+// wrap to 0 and list everything again.
+func TestLeaseCursorAtTheLastIDEndsTheListing(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, Options{})
+	if _, _, err := s.CreateAccount(ctx, ledger.AccountSpec{ID: "org"}, t0); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Deposit(ctx, "org", 10, "d", t0); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Acquire(ctx, "org", 5, 1, 60e9, t0); err != nil {
+		t.Fatal(err)
+	}
+	for _, active := range []bool{false, true} {
+		got, next, err := s.ListLeases(ctx, active, ledger.Page{After: "18446744073709551615", Limit: 10})
+		if err != nil || len(got) != 0 || next != "" {
+			t.Fatalf("active %v: %+v %q %v", active, got, next, err)
+		}
+	}
+}

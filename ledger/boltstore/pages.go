@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 
@@ -95,8 +96,8 @@ func (s *Store) ListLeases(ctx context.Context, active bool, p ledger.Page) (out
 		return nil, "", err
 	}
 	after, err := seqCursor(p.After)
-	if err != nil {
-		return nil, "", err
+	if err != nil || after == math.MaxUint64 {
+		return nil, "", err // nothing follows the last possible id
 	}
 	err = s.view(ctx, func(x *txn) error {
 		if active {
