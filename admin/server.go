@@ -1,8 +1,13 @@
 // Package admin is tollgated's admin HTTP API: accounts, their status,
-// policies, budgets and deposits, API keys and platform tokens, views of
-// usage, leases and the audit log, plus /metrics and /debug/pprof/. It runs
-// on its own listener (loopback by default), on net/http: it is not the hot
-// path, and clarity beats speed here.
+// policies, budgets and deposits, API keys (named, expiring, rotatable),
+// platform and admin tokens, paged views of accounts, usage, leases and the
+// audit log, plus /healthz, /metrics and /debug/pprof/. Serve runs it on
+// its own bounded listener (loopback by default), on net/http: it is not
+// the hot path, and clarity beats speed here.
+//
+// Bodies and queries are checked whole, then field by field (decode.go);
+// every error, the listener's own included, is a problem+json with a
+// stable code (problem.go, listener.go).
 //
 // Every request but GET /healthz needs Authorization: Bearer <admin token>
 // (EnsureAdminToken provisions the first; more are created through the
