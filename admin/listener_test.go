@@ -86,7 +86,7 @@ func TestServerOwnRefusalsAreProblems(t *testing.T) {
 func TestUncleanPathsAreNeverRedirected(t *testing.T) {
 	h := newHarness(t)
 	for _, path := range []string{"/v1/../metrics", "//metrics", "/v1/./accounts", "/v1/accounts/acme/../acme", "/debug/pprof",
-		"/v1//accounts", "/metrics/.", "/%2e%2e/metrics", "*"} {
+		"/v1//accounts", "/metrics/.", "/%2e%2e/metrics", "//", "*"} {
 		method := "GET"
 		if path == "*" {
 			method = "OPTIONS"

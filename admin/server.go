@@ -212,7 +212,7 @@ func cleanPath(p string) bool {
 		return false
 	}
 	c := path.Clean(p)
-	return c == p || c+"/" == p
+	return c == p || (c != "/" && c+"/" == p) // "//" cleans to "/": not clean
 }
 
 // dispatch authenticates, then calls the endpoint for the method, or
