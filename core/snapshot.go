@@ -89,6 +89,12 @@ type Snapshot struct {
 	// DenyThreshold: seed-000 admission denies while the account's funding
 	// evidence shows less than this remaining.
 	DenyThreshold CostUnits
+	// Routes is compiled policy the engine never reads: the account's
+	// forward-auth route table (a *route.Table), for the data plane's
+	// gateway route. It rides with the snapshot so that prices and routes
+	// change together; it is an interface so that core knows nothing of
+	// HTTP. nil when the policy has no routes.
+	Routes any
 }
 
 // Permission returns the bit named name, if the snapshot names one.

@@ -3,7 +3,12 @@
 package httploop
 
 import (
+	"errors"
+	"net"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -42,5 +47,92 @@ func TestListen(t *testing.T) {
 	}
 	if _, err := Listen("127.0.0.1:notaport"); err == nil {
 		t.Fatal("bad address accepted")
+	}
+}
+
+// TestBoundListenerRefusesUntilOpen: a bound listener holds its port but
+// the kernel refuses connections to it until Open; New will not take it
+// before then.
+func TestBoundListenerRefusesUntilOpen(t *testing.T) {
+	ln, err := Bind("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	addr := ln.Addr().String()
+	if _, err := net.DialTimeout("tcp", addr, time.Second); !errors.Is(err, unix.ECONNREFUSED) {
+		t.Fatalf("dial a bound, unopened listener: %v, want connection refused", err)
+	}
+	if _, err := New(ln, testHandler, Config{}); err == nil {
+		t.Fatal("New took a listener that does not listen")
+	}
+	if err := ln.Open(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ln.Open(); err != nil {
+		t.Fatalf("second Open: %v", err)
+	}
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		t.Fatalf("dial after Open: %v", err)
+	}
+	c.Close()
+}
+
+// TestCheckFreeSeesAnotherProcessSocket: the probe is refused while any
+// socket without our consent holds the address — one that listens, one
+// that is only bound for a node that has not opened yet, a plain net
+// listener — and passes once they are gone, TIME_WAIT remnants included.
+func TestCheckFreeSeesAnotherProcessSocket(t *testing.T) {
+	ln, err := Bind("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	if err := CheckFree(addr); !errors.Is(err, ErrAddrInUse) || !strings.Contains(err.Error(), addr) {
+		t.Fatalf("CheckFree of a bound address = %v, want ErrAddrInUse naming %s", err, addr)
+	}
+	if err := ln.Open(); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckFree(addr); !errors.Is(err, ErrAddrInUse) {
+		t.Fatalf("CheckFree of a listening address = %v", err)
+	}
+	if err := CheckFree("[::]:" + strconv.Itoa(ln.Addr().Port)); !errors.Is(err, ErrAddrInUse) {
+		t.Fatalf("CheckFree of the wildcard over a loopback listener = %v", err)
+	}
+
+	// Leave a server-side TIME_WAIT behind: accept, close first.
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fd int
+	deadline := time.Now().Add(5 * time.Second)
+	for fd, _, err = unix.Accept(ln.fd); errors.Is(err, unix.EAGAIN) && time.Now().Before(deadline); fd, _, err = unix.Accept(ln.fd) {
+		time.Sleep(time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(fd)
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	c.Read(make([]byte, 1)) // the server's FIN
+	c.Close()
+	ln.Close()
+	if err := CheckFree(addr); err != nil {
+		t.Fatalf("CheckFree after the listener closed (TIME_WAIT left) = %v", err)
+	}
+	if err := CheckFree("127.0.0.1:0"); err != nil {
+		t.Fatalf("port 0: %v", err)
+	}
+
+	std, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer std.Close()
+	if err := CheckFree(std.Addr().String()); !errors.Is(err, ErrAddrInUse) {
+		t.Fatalf("CheckFree of a net.Listen address = %v", err)
 	}
 }

@@ -100,14 +100,20 @@ type ref struct {
 	slot, gen uint32
 }
 
-// New prepares a loop over ln, which it takes over (and closes when it
-// drains or stops). Run must then be called.
+// New prepares a loop over ln, which must be open (Listen, or Bind then
+// Open) and which it takes over (and closes when it drains or stops). Run
+// must then be called.
 func New(ln *Listener, h Handler, cfg Config) (*Loop, error) {
 	if h == nil {
 		return nil, errors.New("httploop: nil Handler")
 	}
 	if ln == nil || ln.fd < 0 {
 		return nil, errors.New("httploop: listener closed or already owned by a loop")
+	}
+	if !ln.open {
+		// A loop must not register a socket that does not listen: epoll
+		// reports it hung up, and accept fails, on every edge.
+		return nil, errors.New("httploop: listener bound but not open (call Open first)")
 	}
 	cfg, err := cfg.withDefaults()
 	if err != nil {

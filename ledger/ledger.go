@@ -344,6 +344,12 @@ type Store interface {
 	AddAdminToken(ctx context.Context, t AdminToken) error
 	RevokeAdminToken(ctx context.Context, id string) (AdminToken, error)
 	AdminTokens(ctx context.Context) ([]AdminToken, error)
+	// SecretFingerprint returns the stored fingerprint of the server
+	// secret keys are digested under (a keyed hash of it, never the secret
+	// itself); ok=false if none has been set. SetSecretFingerprint stores
+	// it only if none is: the first wins, as with the admin token digest.
+	SecretFingerprint(ctx context.Context) (fp [32]byte, ok bool, err error)
+	SetSecretFingerprint(ctx context.Context, fp [32]byte) (stored bool, err error)
 	Audit(ctx context.Context, r AuditRecord) (uint64, error)
 	AuditLog(ctx context.Context, after uint64, limit int) ([]AuditRecord, error)
 

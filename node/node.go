@@ -60,14 +60,38 @@ type Node struct {
 	loopWG  sync.WaitGroup
 }
 
-// Start brings a node up: rings, shards, listeners, loops, control plane.
-// It returns once every shard's loop is running.
+// Start brings a node up and opens it: Bind, then Open. It is for nodes
+// whose shards need no initial state (tests, benchmarks); a daemon binds,
+// provisions, then opens.
 func Start(cfg Config) (*Node, error) {
+	n, err := Bind(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.Open(time.Now().Add(openTimeout)); err != nil {
+		n.Shutdown(time.Now())
+		return nil, err
+	}
+	return n, nil
+}
+
+// Bind brings a node up without serving: rings, shards, the control plane,
+// and each shard's listener bound to the address but not listening. The
+// port is held (another process cannot take it, see httploop.CheckFree) and
+// clients are refused until Open. Provision the shards through the plane,
+// then call Open; Shutdown ends a node in either state.
+func Bind(cfg Config) (*Node, error) {
 	if len(cfg.CPUs) == 0 {
 		return nil, errors.New("node: no CPUs to run shards on")
 	}
 	if cfg.RingSize == 0 {
 		cfg.RingSize = 8192
+	}
+	// Refuse an address another process serves before taking it: with
+	// SO_REUSEPORT the kernel would otherwise let both serve it, and split
+	// the clients between two nodes that know different keys.
+	if err := httploop.CheckFree(cfg.Listen); err != nil {
+		return nil, fmt.Errorf("node: data-plane address: %w", err)
 	}
 	// Each shard's locked thread holds a Go scheduler slot (a P) whenever
 	// it is not blocked in a syscall. With only one P per CPU, the control
@@ -99,10 +123,32 @@ func Start(cfg Config) (*Node, error) {
 	n.plane = p
 	n.planeWG.Add(1)
 	go func() { defer n.planeWG.Done(); p.Run(n.stop) }()
+	return n, nil
+}
+
+// openTimeout bounds how long Start waits for the shards to take what the
+// plane has queued for them.
+const openTimeout = 30 * time.Second
+
+// Open starts serving: it applies on every shard everything the plane has
+// sent so far (what Provisioner.Load published: accounts, keys, platform
+// tokens, evidence), and only then makes the listeners listen and starts
+// each shard's loop. So no client reaches a shard that would answer a
+// valid key 401 for want of its state. It fails if the plane still has
+// messages in flight at deadline. Call it once, after Bind.
+func (n *Node) Open(deadline time.Time) error {
+	if !n.deliverAll(deadline) {
+		return errors.New("node: the shards did not take their initial state before the deadline")
+	}
+	for _, r := range n.runners {
+		if err := r.ln.Open(); err != nil {
+			return err
+		}
+	}
 	started := make(chan error, len(n.runners))
 	for _, r := range n.runners {
 		n.loopWG.Add(1)
-		go func() { defer n.loopWG.Done(); r.run(started, cfg.Log) }()
+		go func() { defer n.loopWG.Done(); r.run(started, n.cfg.Log) }()
 	}
 	var firstErr error
 	for range n.runners {
@@ -110,11 +156,29 @@ func Start(cfg Config) (*Node, error) {
 			firstErr = err
 		}
 	}
-	if firstErr != nil {
-		n.Shutdown(time.Now())
-		return nil, firstErr
+	return firstErr
+}
+
+// deliverAll drives the shards from this goroutine (no loop runs yet, so
+// none owns them) until the plane has nothing queued for any shard and
+// every shard has applied what it popped: Poll applies a message before it
+// returns. It reports whether that happened before deadline.
+func (n *Node) deliverAll(deadline time.Time) bool {
+	for {
+		busy := 0
+		for _, r := range n.runners {
+			busy += r.s.Poll(time.Now().UnixNano())
+		}
+		if busy == 0 && n.plane.Idle() {
+			return true
+		}
+		if !time.Now().Before(deadline) {
+			return false
+		}
+		if busy == 0 {
+			time.Sleep(100 * time.Microsecond)
+		}
 	}
-	return n, nil
 }
 
 // Plane is the node's control plane, for provisioning.
@@ -248,7 +312,7 @@ func newRunner(id, cpu int, addr string, cfg Config) (*runner, control.Link, err
 	r.s, err = shard.New(shard.Config{ID: uint16(id), Secret: cfg.Secret, MaxReservations: cfg.MaxReservations,
 		AckDurable: cfg.Durable, FundingWait: cfg.FundingWait}, r.in, r.out)
 	if err == nil {
-		r.ln, err = httploop.Listen(addr)
+		r.ln, err = httploop.Bind(addr)
 	}
 	if err != nil {
 		r.close()

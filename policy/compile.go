@@ -73,6 +73,13 @@ func (d *Document) snapshot() *core.Snapshot {
 		classes[i] = core.OpClass{Name: n, Weight: op.Weight, Permission: d.bit(op.Permission)}
 	}
 	l := &d.Limits
+	var routes any
+	if t, err := d.table(); err != nil {
+		// Parse validated the routes: a document that reaches here compiles.
+		panic("policy: routes of a validated document: " + err.Error())
+	} else if t != nil {
+		routes = t
+	}
 	return &core.Snapshot{
 		// The account is granted every permission its policy names;
 		// naming a permission is how an operator grants it.
@@ -90,6 +97,7 @@ func (d *Document) snapshot() *core.Snapshot {
 		Costs:           core.CostTable{Classes: classes, Fixed: d.FixedCost, Minimum: d.MinimumCost},
 		Mode:            core.EnforcementMode{Elastic: d.Mode == ModeElastic, OverageCap: d.OverageCap},
 		PermissionNames: append([]string(nil), d.Permissions...),
+		Routes:          routes,
 	}
 }
 

@@ -41,8 +41,10 @@ func describeType(t reflect.Type) string {
 		return "a string"
 	case reflect.Slice:
 		return "an array"
-	case reflect.Map, reflect.Struct:
+	case reflect.Map, reflect.Struct, reflect.Pointer:
 		return "an object"
+	case reflect.Bool:
+		return "true or false"
 	}
 	return t.String()
 }

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 
 	"github.com/tollgated/tollgated/core"
 )
@@ -63,6 +64,10 @@ type Document struct {
 	// DenyThreshold is for the seed-000 admission answer: an agent whose
 	// remaining funding is below it is denied. The engine never reads it.
 	DenyThreshold core.CostUnits `json:"deny_threshold"`
+	// Routes prices requests a gateway forwards to /v1/authz; nil when the
+	// account takes none (omitted, so documents without routes keep the
+	// canonical bytes, and so the revision, they always had).
+	Routes *Routes `json:"routes,omitempty"`
 }
 
 // Operation prices one operation class.
@@ -154,6 +159,12 @@ func Parse(doc []byte) (*Document, error) {
 // name, defaults explicit. Parse(Canonical(d)) is d for any parsed d.
 func Canonical(d *Document) []byte {
 	c := *d
+	if d.Routes != nil {
+		// normalise writes into the routes; the caller's stay as they are.
+		r := *d.Routes
+		r.Rules = slices.Clone(r.Rules)
+		c.Routes = &r
+	}
 	c.normalise()
 	b, err := json.Marshal(&c)
 	if err != nil {
@@ -174,5 +185,8 @@ func (d *Document) normalise() {
 	}
 	if d.Limits.HoldTimeoutMS == 0 {
 		d.Limits.HoldTimeoutMS = DefaultHoldTimeoutMS
+	}
+	if d.Routes != nil {
+		d.Routes.normalise()
 	}
 }

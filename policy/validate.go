@@ -52,6 +52,9 @@ func (d *Document) validate() error {
 	if err := d.validateWorstCase(); err != nil {
 		return err
 	}
+	if _, err := d.table(); err != nil {
+		return err
+	}
 	snap := d.snapshot()
 	snap.Account, snap.Generation = probeAccount, 1
 	if err := snap.Validate(); err != nil {

@@ -14,18 +14,25 @@ import "github.com/valyala/fasthttp"
 // the usage slot), so a full queue sheds the request instead of billing
 // usage it could not acknowledge.
 
-// ackBodyMax bounds a parked body; every body that reports usage is far
-// shorter (the longest, /v1/check's, is under 200 bytes).
+// ackBodyMax bounds a parked body and its kept header values; every answer
+// that reports usage is far shorter (the longest, /v1/check's body, is
+// under 200 bytes; /v1/authz's header values, at most 224 bytes, and no
+// body: TestAuthzAnswerWaitsForDurableUsageWithItsHeaders parks the longest).
 const ackBodyMax = 256
 
 // DefaultAckQueue is the parked answers one shard holds by default.
 const DefaultAckQueue = 4096
 
+// parkedHeaders are the response headers a parked answer keeps: the
+// forward-auth route answers in headers (authz.go).
+var parkedHeaders = [...]string{hdrAccount, hdrRequestID, hdrUnits, hdrReservation, hdrRateLimitPolicy}
+
 type parkedAnswer struct {
 	seq    uint64 // the usage event it waits for
 	ticket uint64
 	status uint16
-	n      uint16
+	n      uint16                     // body bytes, after the header values
+	hn     [len(parkedHeaders)]uint16 // length of each kept header's value
 	body   [ackBodyMax]byte
 }
 
@@ -78,13 +85,23 @@ func (s *Shard) respond(r *Request, seq uint64) {
 	}
 	body := r.Resp.Body()
 	p := &a.q[a.tail&uint64(len(a.q)-1)]
-	if len(body) > ackBodyMax {
-		// Cannot happen for the bodies we write; answer now rather than
+	off := 0
+	for i, name := range parkedHeaders {
+		v := r.Resp.Header.Peek(name)
+		if off+len(v) > ackBodyMax {
+			off = ackBodyMax + 1
+			break
+		}
+		p.hn[i] = uint16(copy(p.body[off:], v))
+		off += len(v)
+	}
+	if off+len(body) > ackBodyMax {
+		// Cannot happen for the answers we write; answer now rather than
 		// truncate, and count it.
 		s.ackOversize++
 		return
 	}
-	p.seq, p.status, p.n = seq, uint16(r.Resp.StatusCode()), uint16(copy(p.body[:], body))
+	p.seq, p.status, p.n = seq, uint16(r.Resp.StatusCode()), uint16(copy(p.body[off:], body))
 	p.ticket = r.Defer()
 	a.tail++
 }
@@ -115,6 +132,15 @@ func (s *Shard) seqSince(before uint64) uint64 {
 func (s *Shard) writeAck(resp *fasthttp.Response) {
 	p := s.acks.cur
 	resp.SetStatusCode(int(p.status))
-	resp.Header.SetContentTypeBytes(applicationJSON)
-	resp.SetBody(p.body[:p.n])
+	off := 0
+	for i, name := range parkedHeaders {
+		if n := int(p.hn[i]); n > 0 {
+			resp.Header.SetBytesV(name, p.body[off:off+n])
+			off += n
+		}
+	}
+	if p.n > 0 {
+		resp.Header.SetContentTypeBytes(applicationJSON)
+	}
+	resp.SetBody(p.body[off : off+int(p.n)])
 }

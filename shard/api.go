@@ -52,6 +52,8 @@ func (s *Shard) Serve(r *Request) {
 		s.serveAdmission(r)
 	case bytes.Equal(path, pathUsage):
 		s.servePostPaid(r)
+	case isAuthzPath(path):
+		s.serveAuthz(r)
 	case bytes.Equal(path, pathLivez):
 		s.writeJSON(r.Resp, fasthttp.StatusOK, append(s.out[:0], `{"status":"live"}`...))
 	case bytes.Equal(path, pathReadyz):
@@ -72,14 +74,18 @@ func isRoute(p []byte) bool {
 		bytes.Equal(p, pathFinish) || bytes.Equal(p, pathCancel)
 }
 
-// authenticate resolves the bearer key to a principal: from the cache, or
-// by computing its digest and comparing it in full with the stored one.
+// authenticate resolves the bearer key to a principal.
 func (s *Shard) authenticate(req *fasthttp.Request, now int64) (core.Principal, bool) {
 	h := req.Header.Peek(fasthttp.HeaderAuthorization)
 	if !bytes.HasPrefix(h, bearer) {
 		return core.Principal{}, false
 	}
-	key := h[len(bearer):]
+	return s.keyPrincipal(h[len(bearer):], now)
+}
+
+// keyPrincipal resolves a customer key to a principal: from the cache, or
+// by computing its digest and comparing it in full with the stored one.
+func (s *Shard) keyPrincipal(key []byte, now int64) (core.Principal, bool) {
 	if p, ok := s.cache.Lookup(key, now); ok {
 		return p, true
 	}
@@ -105,16 +111,30 @@ func (s *Shard) serveAdmit(r *Request, oneShot bool) {
 		s.writeDenial(r.Resp, core.Denial{Reason: core.DenyUnknownPrincipal})
 		return
 	}
-	s.runAdmit(r, p, oneShot, nil)
+	mode := modeAdmit
+	if oneShot {
+		mode = modeCheck
+	}
+	s.runAdmit(r, p, mode, nil)
 }
 
+// admitMode is what runAdmit does once the engine admits, and how it
+// answers.
+type admitMode uint8
+
+const (
+	modeAdmit admitMode = iota // reserve; answer the reservation (/v1/admit)
+	modeCheck                  // commit and bill the quote; answer in JSON (/v1/check)
+	modeAuthz                  // commit, and bill unless the route captures; answer in headers (/v1/authz)
+)
+
 // runAdmit is the staged path after authentication, in the contract's
-// order: begin → reserve a usage slot → decode the body under the pinned
-// snapshot → admit (→ capacity → commit → finish for a one-shot check). w
-// is nil for a request off the wire; for a request run again after waiting
-// for funding it is the waiter, which carries the body decoded the first
-// time.
-func (s *Shard) runAdmit(r *Request, p core.Principal, oneShot bool, w *fundingWaiter) {
+// order: begin → reserve a usage slot → decode the body (or match the
+// forwarded request's route) under the pinned snapshot → admit (→ capacity
+// → commit → finish for a one-shot check). w is nil for a request off the
+// wire; for a request run again after waiting for funding it is the waiter,
+// which carries the work decoded the first time.
+func (s *Shard) runAdmit(r *Request, p core.Principal, mode admitMode, w *fundingWaiter) {
 	now := r.Now
 	ctx, reason := s.engine.Begin(p, 0, now)
 	if reason.Denied() {
@@ -126,7 +146,7 @@ func (s *Shard) runAdmit(r *Request, p core.Principal, oneShot bool, w *fundingW
 		s.writeDenial(r.Resp, core.Denial{Reason: core.DenyAccountingBackpressure})
 		return
 	}
-	if oneShot {
+	if mode != modeAdmit {
 		if !s.claimAck(r) {
 			s.Release()
 			s.engine.CountDenial(core.DenyAccountingBackpressure)
@@ -137,7 +157,13 @@ func (s *Shard) runAdmit(r *Request, p core.Principal, oneShot bool, w *fundingW
 		defer func() { s.respond(r, s.seqSince(seq)) }()
 	}
 	var a admitBody
-	if w == nil {
+	if w == nil && mode == modeAuthz {
+		var ok bool
+		if a, ok = s.routeWork(r, ctx.Snapshot()); !ok {
+			s.Release()
+			return
+		}
+	} else if w == nil {
 		var problem string
 		if a, problem = s.decodeAdmit(r.Req.Body(), ctx.Snapshot()); problem != "" {
 			s.Release()
@@ -172,13 +198,20 @@ func (s *Shard) runAdmit(r *Request, p core.Principal, oneShot bool, w *fundingW
 	res, d := s.engine.Admit(&ctx, a.work, s, now)
 	s.flushRefills()
 	if d.Denied() {
-		if !s.waitForFunding(r, p, &ctx, &a, oneShot, d, w) {
+		if !s.waitForFunding(r, p, &ctx, &a, mode, d, w) {
+			if d.RetryAfter == 0 && d.PeriodEnd > now {
+				// The budget's next period brings a new allowance.
+				d.RetryAfter = d.PeriodEnd - now
+			}
 			s.writeDenial(r.Resp, d)
+			if mode == modeAuthz {
+				s.writeRateLimit(r.Resp, &ctx, d)
+			}
 		}
 		return
 	}
 	quote := s.engine.Quote(res)
-	if !oneShot {
+	if mode == modeAdmit {
 		b := append(s.out[:0], `{"reservation":"`...)
 		b = appendReservation(b, s.cfg.ID, res)
 		b = append(b, `","quote":`...)
@@ -198,7 +231,13 @@ func (s *Shard) runAdmit(r *Request, p core.Principal, oneShot bool, w *fundingW
 		s.writeDenial(r.Resp, core.Denial{Reason: core.ReasonOf(err)})
 		return
 	}
-	s.engine.Finish(res, quote, now)
+	if !a.capture {
+		s.engine.Finish(res, quote, now)
+	}
+	if mode == modeAuthz {
+		s.writeAuthzAllowed(r.Resp, &ctx, res, id, quote, a.capture)
+		return
+	}
 	b := append(s.out[:0], `{"decision":"admit","request_id":"`...)
 	b = id.AppendHex(b)
 	b = append(b, `","units":`...)
@@ -209,12 +248,14 @@ func (s *Shard) runAdmit(r *Request, p core.Principal, oneShot bool, w *fundingW
 	s.writeJSON(r.Resp, fasthttp.StatusOK, b)
 }
 
-// admitBody is a decoded /v1/admit or /v1/check body.
+// admitBody is a decoded /v1/admit or /v1/check body, or the work a
+// forwarded request's route costs (capture: reserve it, do not bill it).
 type admitBody struct {
 	work              []core.WorkItem
 	perms             core.PermissionSet
 	ttl               int64
 	unknownPermission bool
+	capture           bool
 }
 
 // decodeAdmit reads {"permission":"…","workload":[{"op":"…","count":N}],

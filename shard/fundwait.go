@@ -51,7 +51,8 @@ type fundingWaiter struct {
 	account   core.AccountID
 	principal core.Principal
 	reason    core.DenyReason // the refusal it waits out
-	oneShot   bool
+	mode      admitMode
+	capture   bool
 	due       bool // funding news for its account arrived
 	// evidence is the account's funding evidence as of the last attempt:
 	// the control plane publishes a refusal there (balance exhausted)
@@ -70,7 +71,7 @@ func (w *fundingWaiter) body(snap *core.Snapshot) (admitBody, bool) {
 	if snap != w.snap {
 		return admitBody{}, false
 	}
-	return admitBody{work: w.work[:w.n], perms: w.perms, ttl: w.ttl}, true
+	return admitBody{work: w.work[:w.n], perms: w.perms, ttl: w.ttl, capture: w.capture}, true
 }
 
 // fundingWaits is the fixed table of waiters and their park order, which
@@ -123,7 +124,7 @@ func waitsForFunding(r core.DenyReason) bool {
 // here, or keeps a waiter that is being run again parked; it reports false
 // when the refusal must be answered now.
 func (s *Shard) waitForFunding(r *Request, p core.Principal, ctx *core.RequestContext, a *admitBody,
-	oneShot bool, d core.Denial, again *fundingWaiter) bool {
+	mode admitMode, d core.Denial, again *fundingWaiter) bool {
 	if !waitsForFunding(d.Reason) || r.Defer == nil || s.cfg.FundingWait < 0 {
 		return false
 	}
@@ -145,8 +146,8 @@ func (s *Shard) waitForFunding(r *Request, p core.Principal, ctx *core.RequestCo
 	}
 	ev := s.engine.Evidence(ctx.Account())
 	*w = fundingWaiter{ticket: r.Defer(), deadline: r.Now + s.cfg.FundingWait, snap: ctx.Snapshot(),
-		account: ctx.Account(), principal: p, reason: d.Reason, oneShot: oneShot, evidence: ev,
-		seen: evidenceVersion(ev), perms: a.perms, ttl: a.ttl}
+		account: ctx.Account(), principal: p, reason: d.Reason, mode: mode, evidence: ev,
+		seen: evidenceVersion(ev), perms: a.perms, ttl: a.ttl, capture: a.capture}
 	w.n = copy(w.work[:], a.work)
 	s.waited++
 	return true
@@ -192,7 +193,7 @@ func (s *Shard) runWaiter(w *fundingWaiter, now int64) bool {
 	s.waitResp.Header.Reset()
 	s.waitReq.Now = now
 	tail := s.acks.tail
-	s.runAdmit(&s.waitReq, w.principal, w.oneShot, w)
+	s.runAdmit(&s.waitReq, w.principal, w.mode, w)
 	s.waiting = nil
 	switch {
 	case s.waitKept:

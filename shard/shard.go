@@ -70,6 +70,7 @@ type Shard struct {
 	ackOversize   uint64
 
 	parser  fastjson.Parser
+	authz   authzRequest // the original request of the forward-auth call being served
 	work    [MaxWorkLines]core.WorkItem
 	refills []core.RefillRequest
 	retired []core.LeaseReturn

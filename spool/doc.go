@@ -86,6 +86,14 @@
 // left in the page cache are durable before they are replayed and counted
 // in Durable.
 //
+// What Open cuts is never silent: Dropped names the file, the offset, the
+// bytes and the records they held as far as their headers tell, for the
+// caller to log and count. Verify reads a spool without changing it, past
+// damage, and reports every damaged stretch and the sequence numbers no
+// good record carries; its start-up verdict is the check Open makes before
+// it changes anything. Quarantine puts every good unreleased record into a
+// new spool, swaps it in atomically, and moves the original aside.
+//
 // Known limits: damage confined to the last record of the last segment
 // cannot be told from a torn write and is cut away like one. After a power
 // cut, a block of zeros followed by a later, unsynced but intact record in

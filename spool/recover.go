@@ -10,12 +10,100 @@ import (
 
 // recovered is the state Open starts from.
 type recovered struct {
-	released  uint64
-	segs      []uint64 // first seqs of the segments on disk, in order; never empty
-	active    *os.File // the last segment, open for appending, fdatasync'd
-	size      int64    // its size
-	next      uint64   // sequence number of the next record
-	truncated int64    // bytes cut from a torn tail
+	released uint64
+	segs     []uint64 // first seqs of the segments on disk, in order; never empty
+	active   *os.File // the last segment, open for appending, fdatasync'd
+	size     int64    // its size
+	next     uint64   // sequence number of the next record
+	dropped  Dropped  // the torn tail cut from the last segment, if any
+}
+
+// Dropped describes a torn or damaged tail that Open cut from the last
+// segment. Records is what the cut bytes show (see countTail): a write a
+// crash cut short held no acknowledged record, but a tail damaged or
+// truncated after the fact may have held many, and only the first of those
+// can show.
+type Dropped struct {
+	File     string // the segment
+	Offset   int64  // where it was cut: just past its last good record
+	Bytes    int64  // bytes cut
+	Records  uint64 // records the bytes held, whole or in part, as far as their headers tell
+	FirstSeq uint64 // sequence number the first record cut carried (or would have)
+}
+
+// recoveryPlan is what Open will do to a spool directory, found without
+// changing anything: Verify reports it, recoverDir carries it out.
+type recoveryPlan struct {
+	released uint64
+	doomed   []uint64 // segments holding only released records: to delete
+	firsts   []uint64 // the segments that stay, in order
+	tail     scanResult
+	next     uint64 // sequence number of the next record
+}
+
+// lastPath is the path of the segment appends continue in; "" if none.
+func (p *recoveryPlan) lastPath(dir string) string {
+	if len(p.firsts) == 0 {
+		return ""
+	}
+	return segPath(dir, p.firsts[len(p.firsts)-1])
+}
+
+// dropped describes the torn tail the plan cuts; zero if none.
+func (p *recoveryPlan) dropped(dir string) Dropped {
+	if !p.tail.torn() {
+		return Dropped{}
+	}
+	return Dropped{File: p.lastPath(dir), Offset: p.tail.end, Bytes: p.tail.size - p.tail.end,
+		Records: p.tail.tailRecords, FirstSeq: p.tail.next}
+}
+
+// planRecovery checks every record of the segments that hold unreleased
+// records, without changing anything, and returns what Open must do: the
+// released-only segments to delete, and the torn tail of the last segment
+// to cut. Damage anywhere else, or a gap in the sequence, is an error
+// naming the file (and offset) that wraps ErrCorrupt.
+func planRecovery(dir string) (plan recoveryPlan, err error) {
+	if plan.released, err = readMark(dir); err != nil {
+		return plan, err
+	}
+	firsts, err := listSegments(dir)
+	if err != nil {
+		return plan, err
+	}
+	// Release persists the mark before it deletes segments, so a crash in
+	// between leaves segments that hold only released records: finish the
+	// job. The last segment is kept, it is where appends continue.
+	for len(firsts) > 1 && firsts[1]-1 <= plan.released {
+		plan.doomed = append(plan.doomed, firsts[0])
+		firsts = firsts[1:]
+	}
+	plan.firsts = firsts
+	if len(firsts) == 0 {
+		plan.next = plan.released + 1
+		return plan, nil
+	}
+	if firsts[0] > plan.released+1 {
+		return plan, fmt.Errorf("spool: %s: first segment starts at seq %d but only records ≤ %d were released: %w",
+			segPath(dir, firsts[0]), firsts[0], plan.released, ErrCorrupt)
+	}
+	next := firsts[0]
+	for i, first := range firsts {
+		path := segPath(dir, first)
+		if first != next {
+			return plan, fmt.Errorf("spool: %s: segment starts at seq %d, want %d (sequence gap): %w", path, first, next, ErrCorrupt)
+		}
+		res, err := scanSegment(path, first, i == len(firsts)-1)
+		if err != nil {
+			return plan, err
+		}
+		next, plan.tail = res.next, res
+	}
+	if plan.released >= next {
+		return plan, fmt.Errorf("spool: released mark %d beyond the last record %d: %w", plan.released, next-1, ErrCorrupt)
+	}
+	plan.next = next
+	return plan, nil
 }
 
 // recoverDir brings the spool directory to a consistent state: it drops
@@ -23,62 +111,35 @@ type recovered struct {
 // rest, truncates a torn tail of the last segment, makes sure a last segment
 // exists, and makes all of it durable. dirFile is the open directory.
 func recoverDir(dir string, dirFile *os.File) (rec recovered, err error) {
-	if rec.released, err = readMark(dir); err != nil {
+	plan, err := planRecovery(dir)
+	if err != nil {
 		return rec, err
 	}
+	rec.released = plan.released
 	// A leftover temp mark is a Release that crashed before its rename; the
 	// old mark stands.
 	if err := os.Remove(filepath.Join(dir, markTmpName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return rec, fmt.Errorf("spool: remove temp mark: %w", err)
 	}
-	firsts, err := listSegments(dir)
-	if err != nil {
-		return rec, err
-	}
-	// Release persists the mark before it deletes segments, so a crash in
-	// between leaves segments that hold only released records: finish the
-	// job. The last segment is kept, it is where appends continue.
-	for len(firsts) > 1 && firsts[1]-1 <= rec.released {
-		if err := os.Remove(segPath(dir, firsts[0])); err != nil {
+	for _, first := range plan.doomed {
+		if err := os.Remove(segPath(dir, first)); err != nil {
 			return rec, fmt.Errorf("spool: remove released segment: %w", err)
 		}
-		firsts = firsts[1:]
 	}
-	if len(firsts) == 0 {
+	if len(plan.firsts) == 0 {
 		err := createFirstSegment(dir, dirFile, &rec)
 		return rec, err
 	}
-	if firsts[0] > rec.released+1 {
-		return rec, fmt.Errorf("spool: %s: first segment starts at seq %d but only records ≤ %d were released: %w",
-			segPath(dir, firsts[0]), firsts[0], rec.released, ErrCorrupt)
-	}
 
-	next := firsts[0]
-	var tail scanResult
-	for i, first := range firsts {
-		path := segPath(dir, first)
-		if first != next {
-			return rec, fmt.Errorf("spool: %s: segment starts at seq %d, want %d (sequence gap): %w", path, first, next, ErrCorrupt)
-		}
-		res, err := scanSegment(path, first, i == len(firsts)-1)
-		if err != nil {
-			return rec, err
-		}
-		next, tail = res.next, res
-	}
-	if rec.released >= next {
-		return rec, fmt.Errorf("spool: released mark %d beyond the last record %d: %w", rec.released, next-1, ErrCorrupt)
-	}
-
-	lastPath := segPath(dir, firsts[len(firsts)-1])
+	lastPath := plan.lastPath(dir)
 	f, err := os.OpenFile(lastPath, os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		return rec, fmt.Errorf("spool: open last segment: %w", err)
 	}
-	if tail.torn() {
-		if err := f.Truncate(tail.end); err != nil {
+	if plan.tail.torn() {
+		if err := f.Truncate(plan.tail.end); err != nil {
 			f.Close()
-			return rec, fmt.Errorf("spool: truncate torn tail of %s at %d: %w", lastPath, tail.end, err)
+			return rec, fmt.Errorf("spool: truncate torn tail of %s at %d: %w", lastPath, plan.tail.end, err)
 		}
 	}
 	// Records a killed process left in the page cache are on disk only once
@@ -91,8 +152,8 @@ func recoverDir(dir string, dirFile *os.File) (rec recovered, err error) {
 		f.Close()
 		return rec, fmt.Errorf("spool: sync dir: %w", err)
 	}
-	rec.segs, rec.active, rec.size, rec.next = firsts, f, tail.end, next
-	rec.truncated = tail.size - tail.end
+	rec.segs, rec.active, rec.size, rec.next = plan.firsts, f, plan.tail.end, plan.next
+	rec.dropped = plan.dropped(dir)
 	return rec, nil
 }
 

@@ -204,3 +204,87 @@ func TestOpenEmptyLastSegment(t *testing.T) {
 		t.Fatal("record 11 did not go to segment 11")
 	}
 }
+
+// TestOpenReportsWhatItCut: the records and bytes of a cut tail are
+// reported, as far as the cut bytes show them.
+func TestOpenReportsWhatItCut(t *testing.T) {
+	t.Run("truncated mid-record", func(t *testing.T) {
+		dir := t.TempDir()
+		opts := fillSpool(t, dir, 300)
+		files := segFiles(t, dir)
+		last := files[len(files)-1]
+		cutAt := lastRecordOffset(t, last)
+		os.Truncate(last, cutAt+HeaderSize+5)
+		s := openT(t, dir, opts)
+		want := Dropped{File: last, Offset: cutAt, Bytes: HeaderSize + 5, Records: 1, FirstSeq: 300}
+		if got := s.Dropped(); got != want {
+			t.Fatalf("Dropped = %+v, want %+v", got, want)
+		}
+		if st := s.Stats(); st.DroppedRecords != 1 || st.Truncated != HeaderSize+5 {
+			t.Fatalf("stats %+v", st)
+		}
+	})
+	t.Run("three damaged records", func(t *testing.T) {
+		dir := t.TempDir()
+		opts := Options{SegmentBytes: 1 << 20}
+		s := openT(t, dir, opts)
+		appendN(t, s, 50)
+		s.Close()
+		last := segFiles(t, dir)[0]
+		offs := recordOffsets(t, last)
+		b, _ := os.ReadFile(last)
+		for _, off := range offs[47:] {
+			b[off+HeaderSize+1] ^= 0x40 // payload bytes: the headers still read
+		}
+		os.WriteFile(last, b, 0o600)
+		s = openT(t, dir, opts)
+		d := s.Dropped()
+		if d.Records != 3 || d.FirstSeq != 48 || d.Offset != offs[47] || d.Bytes != int64(len(b))-offs[47] {
+			t.Fatalf("Dropped = %+v (offsets %v)", d, offs[47:])
+		}
+		if s.Durable() != 47 {
+			t.Fatalf("durable %d", s.Durable())
+		}
+	})
+	t.Run("zeros", func(t *testing.T) {
+		dir := t.TempDir()
+		opts := fillSpool(t, dir, 10)
+		last := segFiles(t, dir)[0]
+		f, _ := os.OpenFile(last, os.O_WRONLY|os.O_APPEND, 0)
+		f.Write(make([]byte, 4096))
+		f.Close()
+		s := openT(t, dir, opts)
+		if d := s.Dropped(); d.Records != 0 || d.Bytes != 4096 || d.FirstSeq != 11 {
+			t.Fatalf("Dropped = %+v: zeros are no record", d)
+		}
+	})
+	t.Run("clean", func(t *testing.T) {
+		dir := t.TempDir()
+		opts := fillSpool(t, dir, 10)
+		s := openT(t, dir, opts)
+		if d := s.Dropped(); d != (Dropped{}) {
+			t.Fatalf("Dropped = %+v on a clean spool", d)
+		}
+	})
+}
+
+// recordOffsets returns the offset of every good record of segment path.
+func recordOffsets(t *testing.T, path string) []int64 {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var r chunkReader
+	r.reset(f)
+	var offs []int64
+	for off := int64(0); ; {
+		_, rec, err := r.record(off)
+		if err != nil {
+			return offs
+		}
+		offs = append(offs, off)
+		off += int64(len(rec))
+	}
+}

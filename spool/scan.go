@@ -11,6 +11,9 @@ type scanResult struct {
 	size int64  // file size
 	end  int64  // offset just past the last good record
 	next uint64 // sequence number the next record must carry
+	// tailRecords counts the records a torn tail holds, whole or in part,
+	// as far as their headers tell (see countTail).
+	tailRecords uint64
 }
 
 // torn reports whether the segment has bytes after its last good record.
@@ -65,6 +68,9 @@ func scanSegment(path string, first uint64, last bool) (scanResult, error) {
 			return res, fmt.Errorf("spool: %s: offset %d (seq %d): %w, but a good record follows at offset %d: %w",
 				path, res.end, res.next, err, at, ErrCorrupt)
 		}
+		if res.tailRecords, err = countTail(&r, res.end, res.size, res.next); err != nil {
+			return res, fmt.Errorf("spool: %s: %w", path, err)
+		}
 		return res, nil
 	}
 	return res, nil
@@ -97,4 +103,31 @@ func findRecord(r *chunkReader, from, size int64, next uint64) (int64, bool, err
 		}
 	}
 	return 0, false, nil
+}
+
+// countTail counts the records a bad tail [from, size) holds, whole or cut
+// short: it follows headers that carry the expected sequence numbers and a
+// plausible length, and stops at the first that does not, or at a header
+// the file ends inside. The bytes after that are not recognisable as
+// records: zeros a crash left, or damage. So the count is what the tail
+// shows, a lower bound: a truncation that removed whole records leaves no
+// trace of them in the file.
+func countTail(r *chunkReader, from, size int64, next uint64) (uint64, error) {
+	n := uint64(0)
+	for off := from; off+HeaderSize <= size; {
+		hb, err := r.at(off, HeaderSize)
+		if errors.Is(err, errShort) {
+			break
+		}
+		if err != nil {
+			return 0, err
+		}
+		h := decodeHeader(hb)
+		if h.seq != next+n || h.length > MaxPayload {
+			break
+		}
+		n++
+		off += int64(h.recordLen())
+	}
+	return n, nil
 }

@@ -70,6 +70,8 @@ type Spool struct {
 
 	relMu sync.Mutex // serialises Release (and Close against it)
 
+	dropped Dropped // what Open cut from a torn tail; set before the flusher starts, then read-only
+
 	readMu sync.Mutex // serialises Read and Replay; guards rd
 	rd     reader
 
@@ -124,10 +126,15 @@ func Open(dir string, opts Options) (*Spool, error) {
 	s.cond.L = &s.mu
 	s.durable.Store(rec.next - 1)
 	s.released.Store(rec.released)
-	s.stats.truncated.Store(rec.truncated)
+	s.dropped = rec.dropped
+	s.stats.truncated.Store(rec.dropped.Bytes)
 	go s.run()
 	return s, nil
 }
+
+// Dropped describes the torn or damaged tail Open cut from the last
+// segment; zero Bytes if there was none.
+func (s *Spool) Dropped() Dropped { return s.dropped }
 
 // Append copies payload into the spool and returns its sequence number. It
 // never waits for the disk: the record becomes durable when a later flush

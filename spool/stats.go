@@ -28,6 +28,9 @@ type Stats struct {
 	Deleted      uint64 // segments deleted by Release
 	Full         uint64 // Appends refused with ErrFull
 	Truncated    int64  // bytes cut from a torn tail when the spool was opened
+	// DroppedRecords counts the records those bytes held, whole or in
+	// part, as far as their headers tell (Dropped has the details).
+	DroppedRecords uint64
 
 	SyncTotal time.Duration // time spent in fdatasync
 	SyncMax   time.Duration // longest fdatasync
@@ -99,6 +102,7 @@ func (s *Spool) Stats() Stats {
 	st.Deleted = c.deleted.Load()
 	st.Full = c.full.Load()
 	st.Truncated = c.truncated.Load()
+	st.DroppedRecords = s.dropped.Records
 	st.SyncTotal = time.Duration(c.syncNanos.Load())
 	st.SyncMax = time.Duration(c.syncMax.Load())
 	for i := range st.SyncHist {

@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -31,6 +33,7 @@ type config struct {
 	shutdownGrace time.Duration
 	maxInFlight   int // reservations in flight per shard
 	secretHex     string
+	secretFile    string // where secretHex was read from, if from a file
 	demoKey       string
 	demoUnits     uint64
 	adminToken    string
@@ -43,6 +46,9 @@ type config struct {
 	ack           string
 	cpuProfile    string
 	loop          loopLimits
+	// knownEnv holds every TOLLGATED_ variable a flag reads, so that
+	// start-up can name the ones that read nothing (typos).
+	knownEnv map[string]bool
 }
 
 // loopLimits are the per-shard transport bounds.
@@ -63,11 +69,13 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs := flag.NewFlagSet("tollgated", flag.ContinueOnError)
 	fs.SetOutput(out)
 	var c config
-	var cpus, level string
+	var err error
+	var cpus, level, adminTokenFile string
 	var help, version bool
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "data-plane listen address (every shard binds it with SO_REUSEPORT)")
 	fs.StringVar(&c.admin, "admin", "127.0.0.1:9091", "admin API listen address, loopback by default")
-	fs.StringVar(&c.adminToken, "admin-token", "", "admin API bearer token; prefer TOLLGATED_ADMIN_TOKEN (default: generated on first start, printed once)")
+	fs.StringVar(&c.adminToken, "admin-token", "", "admin API bearer token; a flag's value shows in ps to every user of the machine: prefer --admin-token-file or TOLLGATED_ADMIN_TOKEN (default: generated on first start, printed once)")
+	fs.StringVar(&adminTokenFile, "admin-token-file", "", "read the admin API bearer token from this file (its whole content, surrounding whitespace trimmed)")
 	fs.DurationVar(&c.leaseTTL, "lease-ttl", time.Minute, "lifetime of a node lease from the ledger; a crashed node's unspent units are forfeited this long (plus 10 s grace) after its last grant")
 	fs.IntVar(&c.shards, "shards", 0, "number of shards (default: one per allowed CPU)")
 	fs.StringVar(&cpus, "cpus", "", "CPUs to pin shards to, Linux cpulist syntax such as 0-3,6 (default: the CPUs this process may use)")
@@ -81,7 +89,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
 	fs.DurationVar(&c.shutdownGrace, "shutdown-grace", 10*time.Second, "how long SIGTERM waits for in-flight requests")
 	fs.IntVar(&c.maxInFlight, "max-in-flight", 1<<16, "reservations in flight per shard")
-	fs.StringVar(&c.secretHex, "secret", "", "server secret for key digests, hex, at least 32 bytes (default: generated in --data-dir on first start)")
+	fs.StringVar(&c.secretHex, "secret", "", "server secret for key digests, hex, at least 32 bytes; a flag's value shows in ps to every user of the machine: prefer --secret-file (default: generated in --data-dir on first start)")
+	fs.StringVar(&c.secretFile, "secret-file", "", "read the server secret from this file (hex, at least 32 bytes, surrounding whitespace trimmed)")
 	fs.StringVar(&c.demoKey, "demo-key", "", "provision account \"demo\" in the ledger with this API key (for trying tollgated and for benchmarks)")
 	fs.Uint64Var(&c.demoUnits, "demo-units", 1<<40, "units the demo account is funded with, once")
 	fs.IntVar(&c.loop.maxHeaderBytes, "max-header-bytes", 8<<10, "largest request head per request (431 beyond)")
@@ -96,10 +105,10 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.BoolVar(&help, "help", false, "print this help and exit")
 	fs.BoolVar(&version, "version", false, "print the version and exit")
 	fs.Usage = func() {
-		fmt.Fprintf(out, "tollgated — admission and metering daemon\n\nUsage: tollgated [flags]\n\nFlags (each also read from TOLLGATED_<NAME>):\n")
+		fmt.Fprintf(out, "tollgated — admission and metering daemon\n\nUsage: tollgated [flags]\n       tollgated spool verify|quarantine [--data-dir D]   (see tollgated spool --help)\n\nFlags (each also read from TOLLGATED_<NAME>):\n")
 		fs.PrintDefaults()
 	}
-	if err := applyEnv(fs, getenv); err != nil {
+	if c.knownEnv, err = applyEnv(fs, getenv); err != nil {
 		return c, err
 	}
 	if err := fs.Parse(args); err != nil {
@@ -118,24 +127,76 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
+	if err := c.readSecretFiles(adminTokenFile); err != nil {
+		return c, err
+	}
 	return c, c.finish(cpus, level)
 }
 
-// applyEnv sets each flag from its environment variable, if present.
-func applyEnv(fs *flag.FlagSet, getenv func(string) string) error {
+// applyEnv sets each flag from its environment variable, if present, and
+// returns the names of the variables it reads.
+func applyEnv(fs *flag.FlagSet, getenv func(string) string) (map[string]bool, error) {
 	var err error
+	known := make(map[string]bool)
 	fs.VisitAll(func(f *flag.Flag) {
 		if f.Name == "help" || f.Name == "version" || err != nil {
 			return
 		}
 		name := "TOLLGATED_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		known[name] = true
 		if v := getenv(name); v != "" {
 			if e := fs.Set(f.Name, v); e != nil {
 				err = fmt.Errorf("%s=%q: %v", name, v, e)
 			}
 		}
 	})
-	return err
+	return known, err
+}
+
+// unknownEnv returns, sorted, the TOLLGATED_ variables of environ (as
+// os.Environ gives it) that no flag reads: a misspelt one would otherwise
+// do nothing, silently.
+func unknownEnv(environ []string, known map[string]bool) []string {
+	var out []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "TOLLGATED_") && !known[name] {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// readSecretFiles reads --secret-file and --admin-token-file, so that the
+// secrets never need to be on the command line, where ps shows them.
+func (c *config) readSecretFiles(adminTokenFile string) error {
+	if c.secretFile != "" {
+		if c.secretHex != "" {
+			return fmt.Errorf("give --secret or --secret-file, not both")
+		}
+		b, err := os.ReadFile(c.secretFile)
+		if err != nil {
+			return fmt.Errorf("--secret-file: %w", err)
+		}
+		c.secretHex = strings.TrimSpace(string(b))
+		if d, err := hex.DecodeString(c.secretHex); err != nil || len(d) < 32 {
+			return fmt.Errorf("--secret-file %s: not a hex secret of at least 32 bytes", c.secretFile)
+		}
+	}
+	if adminTokenFile != "" {
+		if c.adminToken != "" {
+			return fmt.Errorf("give --admin-token or --admin-token-file, not both")
+		}
+		b, err := os.ReadFile(adminTokenFile)
+		if err != nil {
+			return fmt.Errorf("--admin-token-file: %w", err)
+		}
+		if c.adminToken = strings.TrimSpace(string(b)); c.adminToken == "" {
+			return fmt.Errorf("--admin-token-file %s is empty", adminTokenFile)
+		}
+	}
+	return nil
 }
 
 func (c *config) finish(cpus, level string) error {

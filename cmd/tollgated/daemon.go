@@ -50,6 +50,9 @@ type daemon struct {
 // startDaemon brings tollgated up in dependency order; on any failure it
 // closes what it opened.
 func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err error) {
+	if err := checkAddresses(cfg); err != nil {
+		return nil, err
+	}
 	shardCPUs, err := pickCPUs(cfg, log)
 	if err != nil {
 		return nil, err
@@ -57,6 +60,7 @@ func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err 
 	if err := openDataDir(cfg.dataDir); err != nil {
 		return nil, err
 	}
+	warnAboutExposure(cfg, log)
 	secret, err := serverSecret(cfg, log)
 	if err != nil {
 		return nil, err
@@ -75,6 +79,9 @@ func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err 
 		return nil, err
 	}
 	ctx := context.Background()
+	if err := matchSecret(ctx, d.store, cfg, secret, log); err != nil {
+		return nil, err
+	}
 	if cfg.demoKey != "" {
 		if err := provisionDemo(ctx, d.store, hasher, cfg.demoKey, core.CostUnits(cfg.demoUnits), time.Now().UnixNano()); err != nil {
 			return nil, err
@@ -86,7 +93,7 @@ func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err 
 	}
 	funder := control.NewLedgerFunder(d.store, control.LeaseConfig{TTL: cfg.leaseTTL})
 	var prov atomic.Pointer[control.Provisioner]
-	d.node, err = node.Start(node.Config{
+	d.node, err = node.Bind(node.Config{
 		Listen: cfg.listen, CPUs: shardCPUs, Secret: secret, MaxReservations: cfg.maxInFlight,
 		Loop: httploop.Config{
 			MaxHeaderBytes: cfg.loop.maxHeaderBytes, MaxBodyBytes: cfg.loop.maxBodyBytes,
@@ -105,9 +112,6 @@ func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err 
 		return nil, err
 	}
 	d.plane.Store(d.node.Plane())
-	for _, s := range d.node.Shards() {
-		log.Info().Int("shard", s.ID).Int("cpu", s.CPU).Bool("pinned", s.Pinned).Msg("shard started")
-	}
 	d.prov = control.NewProvisioner(d.node.Plane(), d.store)
 	d.prov.Grace = cfg.leaseGrace
 	d.prov.EventRetention = cfg.retention
@@ -126,6 +130,9 @@ func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err 
 		return nil, err
 	}
 	d.node.Plane().MarkReady()
+	if err := d.openDataPlane(); err != nil { // clients are refused until now
+		return nil, err
+	}
 	if cfg.ack != "durable" {
 		log.Warn().Str("ack", cfg.ack).Msg("answers are sent before their usage is on disk: a crash can lose the last few milliseconds of billed usage")
 	}
@@ -167,9 +174,10 @@ func (d *daemon) openSpool(cfg config) error {
 		}
 	}})
 	if err != nil {
-		return err
+		return spoolHint(err, cfg.dataDir)
 	}
 	d.spool = s
+	d.reportSpoolRecovery()
 	replayed := 0
 	if err := s.Replay(func(uint64, []byte) error { replayed++; return nil }); err != nil {
 		return fmt.Errorf("replaying the usage spool: %w", err)

@@ -3,7 +3,9 @@
 //
 // It keeps its ledger and usage spool in --data-dir, serves the data plane
 // on --listen and the admin API on --admin, and shuts down in the safe
-// order on SIGTERM (see docs/DESIGN.md).
+// order on SIGTERM (see docs/DESIGN.md). "tollgated spool verify" and
+// "tollgated spool quarantine" examine and repair a damaged usage spool
+// (docs/RUNBOOK.md).
 package main
 
 import (
@@ -69,6 +71,9 @@ func main() {
 // run is main without the process: it returns the exit status. stop, when
 // non-nil, replaces the OS signals (tests close it to shut down).
 func run(args []string, getenv func(string) string, stdout, stderr io.Writer, stop <-chan struct{}) int {
+	if len(args) > 0 && args[0] == "spool" {
+		return runSpool(args[1:], getenv, stdout, stderr)
+	}
 	cfg, err := parseConfig(args, getenv, stdout)
 	switch {
 	case errors.Is(err, errHelp):
@@ -81,6 +86,11 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, st
 		return 2
 	}
 	log := zerolog.New(stderr).Level(cfg.logLevel).With().Timestamp().Logger()
+	// The names come from the process environment: getenv answers values
+	// only, and a typo is a name no flag asks for.
+	for _, name := range unknownEnv(os.Environ(), cfg.knownEnv) {
+		log.Warn().Str("variable", name).Msg("unknown TOLLGATED_ environment variable: no flag reads it, so it does nothing (see --help)")
+	}
 	if stop == nil {
 		sig := make(chan os.Signal, 1)
 		signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)

@@ -34,6 +34,8 @@ var (
 	descSpooled    = desc("usage_spooled_total", "Usage events appended to the spool.")
 	descSpoolLag   = desc("spool_lag_events", "Spooled usage events not yet exported to the ledger.")
 	descSpoolBytes = desc("spool_pending_bytes", "Spooled bytes not yet on disk.")
+	descDroppedRec = desc("spool_recovery_dropped_records_total", "Records the spool cut from a torn or damaged tail when it opened, as far as the cut bytes show them: usage never billed.")
+	descDroppedB   = desc("spool_recovery_dropped_bytes_total", "Bytes the spool cut from a torn or damaged tail when it opened.")
 )
 
 func desc(name, help string, labels ...string) *prometheus.Desc {
@@ -104,6 +106,8 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(ch, descSpooled, float64(r.Durability.Spooled))
 	gauge(ch, descSpoolLag, float64(sp.Appended-min(sp.Appended, ex.Exported)))
 	gauge(ch, descSpoolBytes, float64(sp.PendingBytes))
+	counter(ch, descDroppedRec, float64(sp.DroppedRecords))
+	counter(ch, descDroppedB, float64(sp.Truncated))
 }
 
 func counter(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, labels ...string) {

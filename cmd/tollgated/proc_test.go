@@ -29,6 +29,7 @@ type proc struct {
 	cmd         *exec.Cmd
 	listen, adm string
 	lines       chan string
+	all         syncBuffer // every line, whether or not anyone waited for it
 	exited      chan error
 	dataDir     string
 }
@@ -37,11 +38,18 @@ type proc struct {
 // it is ready.
 func startProc(t *testing.T, dataDir string, extra ...string) *proc {
 	t.Helper()
+	return startProcEnv(t, dataDir, nil, extra...)
+}
+
+// startProcEnv is startProc with extra environment variables.
+func startProcEnv(t *testing.T, dataDir string, env []string, extra ...string) *proc {
+	t.Helper()
 	args := append([]string{"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--data-dir", dataDir,
 		"--shards", "2", "--shutdown-grace", "2s"}, extra...)
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), "TOLLGATED_TEST_AS_DAEMON=1", "TOLLGATED_TEST_ARGS="+strings.Join(args, " "),
 		"TOLLGATED_ADMIN_TOKEN="+testAdminToken)
+	cmd.Env = append(cmd.Env, env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -53,6 +61,7 @@ func startProc(t *testing.T, dataDir string, extra ...string) *proc {
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
+			p.all.Write(append(sc.Bytes(), '\n'))
 			select {
 			case p.lines <- sc.Text():
 			default: // nobody is reading: drop

@@ -15,6 +15,9 @@ import (
 func TestMain(m *testing.M) {
 	if os.Getenv("TOLLGATED_TEST_AS_DAEMON") == "1" {
 		os.Args = append([]string{"tollgated"}, strings.Fields(os.Getenv("TOLLGATED_TEST_ARGS"))...)
+		// Not tollgated's own variables: it would report them as unknown.
+		os.Unsetenv("TOLLGATED_TEST_AS_DAEMON")
+		os.Unsetenv("TOLLGATED_TEST_ARGS")
 		main()
 		return
 	}

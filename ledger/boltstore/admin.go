@@ -206,6 +206,37 @@ func (s *Store) PlatformTokens(ctx context.Context) (out []ledger.PlatformToken,
 	return out, nil
 }
 
+// SecretFingerprint implements ledger.Store.
+func (s *Store) SecretFingerprint(ctx context.Context) (fp [32]byte, ok bool, err error) {
+	err = s.view(ctx, func(x *txn) error {
+		v := x.bucket(bucketMeta).Get(metaSecret)
+		if v == nil {
+			return nil
+		}
+		if len(v) != len(fp) {
+			return fmt.Errorf("%w: secret fingerprint of %d bytes", ErrCorrupt, len(v))
+		}
+		copy(fp[:], v)
+		ok = true
+		return nil
+	})
+	return fp, ok, err
+}
+
+// SetSecretFingerprint implements ledger.Store: the first fingerprint
+// wins, as with the admin token digest.
+func (s *Store) SetSecretFingerprint(ctx context.Context, fp [32]byte) (stored bool, err error) {
+	err = s.update(ctx, func(x *txn) error {
+		meta := x.bucket(bucketMeta)
+		if meta.Get(metaSecret) != nil {
+			return nil
+		}
+		stored = true
+		return meta.Put(metaSecret, fp[:])
+	})
+	return stored && err == nil, err
+}
+
 // Audit implements ledger.Store: r is stored under the next sequence
 // number (from 1), which is returned; r.Seq is ignored.
 func (s *Store) Audit(ctx context.Context, r ledger.AuditRecord) (seq uint64, err error) {

@@ -46,7 +46,7 @@ import (
 
 // Bucket names. Layout (keys → values):
 //
-//	meta      "schema" → schema version
+//	meta      "schema" → schema version; "secretfp" → server secret fingerprint
 //	accounts  account id → account
 //	due       period end ⧺ account id → nil: accounts with a budget period, for Rollover
 //	children  parent id ⧺ 0 ⧺ account id → nil: every account with a parent, for Children
@@ -83,6 +83,7 @@ var (
 		bucketEvents, bucketEventAge, bucketUsage, bucketKeys, bucketKeyIndex, bucketKeyExp, bucketTokens, bucketAdmins, bucketAudit}
 
 	metaSchema = []byte("schema")
+	metaSecret = []byte("secretfp")
 	// metaAdmin held the one admin token digest of schema 1 and 2; schema 3
 	// keeps it as the bootstrap admin token.
 	metaAdmin = []byte("admin")

@@ -129,3 +129,28 @@ func testAdminDigestAndAudit(h *harness) {
 	_, err := h.s.AuditLog(h.ctx, 0, 0)
 	h.wantErr("limit 0", err, ledger.ErrInvalid)
 }
+
+// testSecretFingerprint: the first fingerprint wins, it is distinct from
+// the admin token digest, and it survives a restart.
+func testSecretFingerprint(h *harness) {
+	if _, ok, err := h.s.SecretFingerprint(h.ctx); ok || err != nil {
+		h.t.Fatalf("fingerprint before any: ok %v, %v", ok, err)
+	}
+	first, second := [32]byte{0x5e, 1}, [32]byte{0x5e, 2}
+	if stored, err := h.s.SetSecretFingerprint(h.ctx, first); !stored || err != nil {
+		h.t.Fatalf("first fingerprint: %v, %v", stored, err)
+	}
+	if stored, err := h.s.SetSecretFingerprint(h.ctx, second); stored || err != nil {
+		h.t.Fatalf("second fingerprint: %v, %v", stored, err)
+	}
+	if _, ok, err := h.s.AdminTokenDigest(h.ctx); ok || err != nil {
+		h.t.Fatalf("the fingerprint shows as an admin token digest: ok %v, %v", ok, err)
+	}
+	h.restart()
+	if fp, ok, err := h.s.SecretFingerprint(h.ctx); !ok || err != nil || fp != first {
+		h.t.Fatalf("fingerprint after restart %x, %v, %v", fp, ok, err)
+	}
+	if stored, err := h.s.SetSecretFingerprint(h.ctx, second); stored || err != nil {
+		h.t.Fatalf("fingerprint replaced after restart: %v, %v", stored, err)
+	}
+}

@@ -46,6 +46,7 @@ var cases = []struct {
 	{"Keys", testKeys},
 	{"PlatformTokens", testPlatformTokens},
 	{"AdminDigestAndAudit", testAdminDigestAndAudit},
+	{"SecretFingerprint", testSecretFingerprint},
 	{"RestartKeepsEverything", testRestartKeepsEverything},
 	{"ForgetEvents", testForgetEvents},
 	{"Children", testChildren},

@@ -1,0 +1,170 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/tollgated/tollgated/httploop"
+	"github.com/tollgated/tollgated/ledger"
+	"github.com/tollgated/tollgated/spool"
+)
+
+// The checks start-up makes before it serves anything, and the warnings it
+// gives, in the order startDaemon calls them.
+
+// checkAddresses refuses to start when another process already serves the
+// data-plane or the admin address. With SO_REUSEPORT a second daemon would
+// otherwise bind the data-plane port beside the first, and the kernel would
+// split the clients between two nodes with different keys. node.Bind checks
+// the data-plane address again just before it binds; this early check fails
+// before the ledger and the spool are opened.
+func checkAddresses(cfg config) error {
+	for _, a := range []struct{ what, flag, addr string }{
+		{"data-plane", "--listen", cfg.listen},
+		{"admin", "--admin", cfg.admin},
+	} {
+		err := httploop.CheckFree(a.addr)
+		switch {
+		case errors.Is(err, httploop.ErrAddrInUse):
+			return fmt.Errorf("the %s address %s (%s) is already served by another process (another tollgated?): refusing to start", a.what, a.addr, a.flag)
+		case err != nil:
+			return fmt.Errorf("%s %s: %w", a.flag, a.addr, err)
+		}
+	}
+	return nil
+}
+
+// warnAboutExposure warns of set-ups that work but hand control to others:
+// an admin API reachable beyond this machine, and a data directory others
+// may write (the ledger, the spool and the server secret live there).
+func warnAboutExposure(cfg config, log zerolog.Logger) {
+	if !loopbackOnly(cfg.admin) {
+		log.Warn().Str("admin", cfg.admin).Msg("the admin API listens beyond loopback: whoever reaches it with the admin token controls every account; bind it to 127.0.0.1 or firewall it")
+	}
+	if fi, err := os.Stat(cfg.dataDir); err == nil && fi.Mode().Perm()&0o022 != 0 {
+		log.Warn().Str("data_dir", cfg.dataDir).Str("mode", fmt.Sprintf("%#o", fi.Mode().Perm())).
+			Msg("the data directory is writable by group or others: they could replace the ledger, the spool or the server secret; chmod go-w it")
+	}
+}
+
+// loopbackOnly reports whether addr ("host:port") can only be reached from
+// this machine: a loopback IP, or a name that resolves to loopback IPs
+// only. An empty host is every interface.
+func loopbackOnly(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return false
+	}
+	if ip := net.ParseIP(host); ip != nil {
+		return ip.IsLoopback()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	ips, err := net.DefaultResolver.LookupIPAddr(ctx, host)
+	if err != nil || len(ips) == 0 {
+		return false
+	}
+	for _, ip := range ips {
+		if !ip.IP.IsLoopback() {
+			return false
+		}
+	}
+	return true
+}
+
+// secretFingerprint identifies the server secret without revealing it: an
+// HMAC-SHA256 under the secret of a fixed label.
+func secretFingerprint(secret []byte) [32]byte {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte("tollgated server secret fingerprint v1"))
+	var fp [32]byte
+	copy(fp[:], m.Sum(nil))
+	return fp
+}
+
+// matchSecret refuses a server secret other than the one the ledger's keys
+// were issued under: every key is stored as a digest under the secret, so
+// with another secret every existing key would be answered 401. A ledger
+// without a fingerprint (new, or from before fingerprints) adopts this
+// secret's.
+func matchSecret(ctx context.Context, store ledger.Store, cfg config, secret []byte, log zerolog.Logger) error {
+	want := secretFingerprint(secret)
+	have, ok, err := store.SecretFingerprint(ctx)
+	if err != nil {
+		return fmt.Errorf("reading the server secret's fingerprint: %w", err)
+	}
+	if !ok {
+		stored, err := store.SetSecretFingerprint(ctx, want)
+		if err != nil {
+			return fmt.Errorf("storing the server secret's fingerprint: %w", err)
+		}
+		if stored {
+			log.Info().Msg("stored the server secret's fingerprint in the ledger: a start under another secret will be refused")
+			return nil
+		}
+		// Another process stored one first: compare with it.
+		if have, ok, err = store.SecretFingerprint(ctx); err != nil || !ok {
+			return fmt.Errorf("reading the server secret's fingerprint: %v", err)
+		}
+	}
+	if !hmac.Equal(have[:], want[:]) {
+		return fmt.Errorf("the server secret from %s is not the one this ledger's keys were issued under (its fingerprint differs): "+
+			"every existing key would be refused; start with the secret %s was first started with", secretSource(cfg), cfg.dataDir)
+	}
+	return nil
+}
+
+// secretSource says where the server secret came from, for messages.
+func secretSource(cfg config) string {
+	switch {
+	case cfg.secretFile != "":
+		return "--secret-file " + cfg.secretFile
+	case cfg.secretHex != "":
+		return "--secret (or TOLLGATED_SECRET)"
+	}
+	return filepath.Join(cfg.dataDir, secretFile)
+}
+
+// openDataPlane opens the node's listeners once the plane has delivered the
+// ledger's state to every shard (node.Open), and reports each shard.
+func (d *daemon) openDataPlane() error {
+	if err := d.node.Open(time.Now().Add(time.Minute)); err != nil {
+		return fmt.Errorf("opening the data plane: %w", err)
+	}
+	for _, s := range d.node.Shards() {
+		d.log.Info().Int("shard", s.ID).Int("cpu", s.CPU).Bool("pinned", s.Pinned).Msg("shard started")
+	}
+	return nil
+}
+
+// reportSpoolRecovery logs, once, what the spool cut from a torn or
+// damaged tail when it opened (spool.Dropped); the metrics count it too.
+func (d *daemon) reportSpoolRecovery() {
+	dr := d.spool.Dropped()
+	if dr.Bytes == 0 {
+		return
+	}
+	d.log.Warn().Str("file", dr.File).Int64("offset", dr.Offset).Int64("bytes", dr.Bytes).
+		Uint64("records", dr.Records).Uint64("first_seq", dr.FirstSeq).
+		Msg("usage spool: cut a torn or damaged tail at start; the records it held are gone and, unless billed before, never will be. " +
+			"A write cut short by a crash held no acknowledged usage; damage or truncation after the fact may have lost more records than the bytes show (docs/RUNBOOK.md)")
+}
+
+// spoolHint adds the way forward to a spool that refuses to open.
+func spoolHint(err error, dataDir string) error {
+	if !errors.Is(err, spool.ErrCorrupt) {
+		return err
+	}
+	return fmt.Errorf("%w (see what is damaged with `tollgated spool verify --data-dir %s`, and docs/RUNBOOK.md)", err, dataDir)
+}

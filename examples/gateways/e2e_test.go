@@ -1,0 +1,467 @@
+//go:build linux
+
+package gateways
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The end-to-end tests start real processes: tollgated (built from this
+// module), a gateway, and an httptest upstream, all on 127.0.0.1. Under
+// CI=true a missing gateway fails the test; elsewhere it is skipped with a
+// message saying how to install it.
+
+const adminToken = "tga_gateway-e2e-admin-token-0123456789"
+
+// requireTool returns the path of a gateway binary, or skips (fails under CI).
+func requireTool(t *testing.T, name string, paths ...string) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts real processes")
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	for _, p := range paths {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	msg := name + " is not installed: run scripts/install-gateways.sh (Debian packages)"
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
+}
+
+var (
+	buildOnce sync.Once
+	binary    string
+	buildErr  error
+)
+
+// tollgatedBinary builds cmd/tollgated once per test binary.
+func tollgatedBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "tollgated-gateways-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binary = filepath.Join(dir, "tollgated")
+		out, err := exec.Command("go", "build", "-o", binary, "github.com/tollgated/tollgated/cmd/tollgated").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binary
+}
+
+// daemon is a running tollgated.
+type daemon struct {
+	t             *testing.T
+	listen, admin string
+}
+
+// startTollgated starts tollgated with one shard (rate limits are then
+// exact on the first request) and waits until it is ready.
+func startTollgated(t *testing.T) *daemon {
+	t.Helper()
+	cmd := exec.Command(tollgatedBinary(t), "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0",
+		"--data-dir", t.TempDir(), "--shards", "1", "--shutdown-grace", "1s")
+	cmd.Env = append(os.Environ(), "TOLLGATED_ADMIN_TOKEN="+adminToken)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() })
+	ready := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), "tollgated ready") {
+				ready <- sc.Text()
+			}
+		}
+	}()
+	select {
+	case line := <-ready:
+		var m struct{ Listen, Admin string }
+		if err := json.Unmarshal([]byte(line), &m); err != nil || m.Listen == "" {
+			t.Fatalf("ready line %q: %v", line, err)
+		}
+		return &daemon{t: t, listen: m.Listen, admin: m.Admin}
+	case <-time.After(20 * time.Second):
+		t.Fatal("tollgated not ready within 20 s")
+	}
+	return nil
+}
+
+// call sends a JSON request to the admin API and decodes the answer.
+func (d *daemon) call(method, path string, body any, want int) map[string]any {
+	d.t.Helper()
+	var rd io.Reader
+	if s, ok := body.(string); ok {
+		rd = strings.NewReader(s)
+	} else if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, "http://"+d.admin+path, rd)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		d.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != want {
+		d.t.Fatalf("%s %s = %d %s, want %d", method, path, resp.StatusCode, raw, want)
+	}
+	var m map[string]any
+	json.Unmarshal(raw, &m)
+	return m
+}
+
+// account creates an account with the example policy (policy.json),
+// possibly changed by edit, funded by a daily allowance, and returns a key.
+func (d *daemon) account(id string, allowance uint64, edit func(policy map[string]any)) string {
+	d.t.Helper()
+	raw, err := os.ReadFile("policy.json")
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	var policy map[string]any
+	if err := json.Unmarshal(raw, &policy); err != nil {
+		d.t.Fatal(err)
+	}
+	if edit != nil {
+		edit(policy)
+	}
+	d.call("POST", "/v1/accounts", map[string]any{"id": id}, http.StatusCreated)
+	d.call("PUT", "/v1/accounts/"+id+"/budget", map[string]any{"allowance": allowance, "period": "day"}, http.StatusOK)
+	d.call("PUT", "/v1/accounts/"+id+"/policy", policy, http.StatusOK)
+	k := d.call("POST", "/v1/accounts/"+id+"/keys", nil, http.StatusCreated)
+	key, _ := k["key"].(string)
+	if key == "" {
+		d.t.Fatalf("no key in %v", k)
+	}
+	return key
+}
+
+// usage waits until the ledger holds n usage events for id (the exporter
+// bills durable usage asynchronously) and returns their units, oldest first.
+func (d *daemon) usage(id string, n int) []float64 {
+	d.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		m := d.call("GET", "/v1/accounts/"+id+"/usage", nil, http.StatusOK)
+		events, _ := m["usage"].([]any)
+		if len(events) >= n || time.Now().After(deadline) {
+			units := make([]float64, len(events))
+			for i, e := range events {
+				units[len(events)-1-i], _ = e.(map[string]any)["units"].(float64)
+			}
+			return units
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// seen is one request the upstream received.
+type seen struct {
+	method, path string
+	header       http.Header
+}
+
+// upstream is the service behind the gateway: it records what it sees and,
+// on the capture route, finishes the reservation with the units it "used".
+type upstream struct {
+	*httptest.Server
+	mu       sync.Mutex
+	requests []seen
+	finished []string // /v1/finish answers
+}
+
+func newUpstream(t *testing.T, tollgated string) *upstream {
+	u := &upstream{}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		u.mu.Lock()
+		u.requests = append(u.requests, seen{r.Method, r.URL.Path, r.Header.Clone()})
+		u.mu.Unlock()
+		if res := r.Header.Get("X-Tollgate-Reservation"); res != "" {
+			// Authorize here, capture later: bill what the work used.
+			req, _ := http.NewRequest("POST", "http://"+tollgated+"/v1/finish",
+				strings.NewReader(`{"reservation":"`+res+`","units":37}`))
+			req.Header.Set("Authorization", r.Header.Get("Authorization"))
+			resp, err := http.DefaultClient.Do(req)
+			answer := fmt.Sprint(err)
+			if err == nil {
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				answer = fmt.Sprintf("%d %s", resp.StatusCode, b)
+			}
+			u.mu.Lock()
+			u.finished = append(u.finished, answer)
+			u.mu.Unlock()
+		}
+		io.WriteString(w, "served "+r.URL.Path)
+	}))
+	t.Cleanup(u.Close)
+	return u
+}
+
+func (u *upstream) seen() []seen {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]seen(nil), u.requests...)
+}
+
+// freePort returns a loopback port nothing listens on (for the gateways,
+// which take their port from a configuration file).
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// waitListening waits until addr accepts connections or the process ends.
+func waitListening(t *testing.T, addr string, exited <-chan struct{}, logs func() string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
+			c.Close()
+			return
+		}
+		select {
+		case <-exited:
+			t.Fatalf("gateway exited before listening on %s:\n%s", addr, logs())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	t.Fatalf("gateway not listening on %s within 15 s:\n%s", addr, logs())
+}
+
+// startProcess runs a gateway in its own process group, stopping it (and
+// any worker it forked) when the test ends.
+func startProcess(t *testing.T, cmd *exec.Cmd, logFile string) <-chan struct{} {
+	t.Helper()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if logFile != "" {
+		f, err := os.Create(logFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stdout, cmd.Stderr = f, f
+		t.Cleanup(func() { f.Close() })
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(5 * time.Second):
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-exited
+		}
+	})
+	return exited
+}
+
+// localize rewrites an example configuration's addresses: its listen
+// address, tollgated's and the service's.
+func localize(t *testing.T, file, listen, tollgated, app string) string {
+	t.Helper()
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(raw)
+	for _, r := range [][2]string{{"127.0.0.1:8000", listen}, {"127.0.0.1:8080", tollgated}, {"127.0.0.1:9000", app}} {
+		if !strings.Contains(s, r[0]) {
+			t.Fatalf("%s does not name %s", file, r[0])
+		}
+		s = strings.ReplaceAll(s, r[0], r[1])
+	}
+	return s
+}
+
+// result is what a client got through the gateway.
+type result struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func send(t *testing.T, method, url, key string, body string, headers ...string) result {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, _ := http.NewRequest(method, url, rd)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	for _, kv := range headers {
+		k, v, _ := strings.Cut(kv, ": ")
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return result{resp.StatusCode, resp.Header, string(b)}
+}
+
+// runGatewayScenarios is what every gateway must do in front of tollgated
+// and a service; base is the gateway's URL and name prefixes the accounts.
+func runGatewayScenarios(t *testing.T, d *daemon, app *upstream, base, name string, problemBodies bool) {
+	funded := d.account(name+"-funded", 1_000_000, nil)
+	broke := d.account(name+"-broke", 5, nil) // less than one request costs
+	limited := d.account(name+"-limited", 1_000_000, func(p map[string]any) {
+		p["limits"].(map[string]any)["request_rate"] = 1
+		p["limits"].(map[string]any)["request_burst"] = 1
+	})
+
+	// A funded key passes; the service learns who pays and nothing a client
+	// claimed about it.
+	r := send(t, "POST", base+"/v1/chat", funded, `{"hello":1}`,
+		"X-Tollgate-Account: someone-else", "X-Tollgate-Reservation: 0000000000000000ffff")
+	if r.status != 200 || r.body != "served /v1/chat" {
+		t.Fatalf("funded request: %d %q", r.status, r.body)
+	}
+	got := app.seen()
+	if len(got) != 1 {
+		t.Fatalf("upstream saw %d requests, want 1", len(got))
+	}
+	h := got[0].header
+	if h.Get("X-Tollgate-Account") != name+"-funded" || len(h.Get("X-Tollgate-Request-Id")) != 32 ||
+		h.Get("X-Tollgate-Units") != "10" || h.Get("X-Tollgate-Reservation") != "" {
+		t.Fatalf("upstream saw account %q request %q units %q reservation %q",
+			h.Get("X-Tollgate-Account"), h.Get("X-Tollgate-Request-Id"), h.Get("X-Tollgate-Units"), h.Get("X-Tollgate-Reservation"))
+	}
+
+	refused := func(what string, r result, status int) {
+		t.Helper()
+		if r.status != status {
+			t.Fatalf("%s: %d %q, want %d", what, r.status, r.body, status)
+		}
+		if ct := r.header.Get("Content-Type"); problemBodies && !strings.HasPrefix(ct, "application/problem+json") {
+			t.Fatalf("%s: content type %q", what, ct)
+		}
+		var p struct{ Status int }
+		if err := json.Unmarshal([]byte(r.body), &p); err != nil || p.Status != status {
+			t.Fatalf("%s: body %q is not a problem with status %d", what, r.body, status)
+		}
+	}
+	before := len(app.seen())
+
+	// No key: 401, with tollgated's challenge.
+	r = send(t, "POST", base+"/v1/chat", "", `{}`)
+	refused("no key", r, 401)
+	if r.header.Get("WWW-Authenticate") != `Bearer realm="tollgated"` {
+		t.Fatalf("401 without the Bearer challenge: %v", r.header)
+	}
+
+	// An exhausted budget: 402, with Retry-After until the day's allowance.
+	r = send(t, "POST", base+"/v1/chat", broke, `{}`)
+	refused("over budget", r, 402)
+	if secs := r.header.Get("Retry-After"); secs == "" || secs == "0" {
+		t.Fatalf("402 without Retry-After: %v", r.header)
+	}
+
+	// A rate limit: the second request within the second is 429 with
+	// Retry-After and the RateLimit fields.
+	if r = send(t, "POST", base+"/v1/chat", limited, `{}`); r.status != 200 {
+		t.Fatalf("first limited request: %d %q", r.status, r.body)
+	}
+	r = send(t, "POST", base+"/v1/chat", limited, `{}`)
+	refused("over rate", r, 429)
+	if r.header.Get("Retry-After") != "1" || r.header.Get("RateLimit") != `"requests";r=0;t=1` ||
+		!strings.HasPrefix(r.header.Get("RateLimit-Policy"), `"requests";q=1;w=1`) {
+		t.Fatalf("429 headers: %v", r.header)
+	}
+
+	// A route the policy denies: 403.
+	refused("denied route", send(t, "GET", base+"/admin/users", funded, ""), 403)
+	if n := len(app.seen()); n != before+1 {
+		t.Fatalf("the service saw %d refused requests", n-before-1)
+	}
+
+	// Routes price differently: a file upload costs its size (the gateway
+	// sets the count from Content-Length, whatever the client claims), any
+	// other route one request.
+	upload := strings.Repeat("x", 1234)
+	if r = send(t, "PUT", base+"/v1/files/report.csv", funded, upload, "X-Content-Length: 1"); r.status != 200 {
+		t.Fatalf("upload: %d %q", r.status, r.body)
+	}
+	if r = send(t, "GET", base+"/v1/models", funded, ""); r.status != 200 {
+		t.Fatalf("default route: %d %q", r.status, r.body)
+	}
+
+	// Authorize here, capture later: the completion holds 4000 units; the
+	// service finishes it with the 37 it used, and 37 are billed.
+	if r = send(t, "POST", base+"/v1/completions", funded, `{"prompt":"hi"}`); r.status != 200 {
+		t.Fatalf("completion: %d %q", r.status, r.body)
+	}
+	app.mu.Lock()
+	finished := append([]string(nil), app.finished...)
+	app.mu.Unlock()
+	if len(finished) != 1 || finished[0] != `200 {"billed":37}` {
+		t.Fatalf("the service's finish: %v", finished)
+	}
+
+	units := d.usage(name+"-funded", 4)
+	want := []float64{10, 10, 37, 1234}
+	if slices.Sort(units); !slices.Equal(units, want) {
+		t.Fatalf("ledger usage of %s-funded: %v, want %v", name, units, want)
+	}
+	if u := d.usage(name+"-broke", 0); len(u) != 0 {
+		t.Fatalf("the broke account was billed %v", u)
+	}
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binary != "" {
+		os.RemoveAll(filepath.Dir(binary))
+	}
+	os.Exit(code)
+}

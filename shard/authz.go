@@ -1,0 +1,442 @@
+package shard
+
+import (
+	"bytes"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/tollgated/tollgated/core"
+	"github.com/tollgated/tollgated/credential"
+	"github.com/tollgated/tollgated/route"
+)
+
+// The forward-auth route.
+//
+// A gateway in front of a service (nginx auth_request, Caddy forward_auth,
+// Traefik ForwardAuth, Envoy ext_authz in HTTP mode) asks /v1/authz whether
+// each request may pass, and forwards it only on a 2xx. The question carries
+// the original request in one of two shapes:
+//
+//   - /v1/authz exactly, with the original method and URI in headers:
+//     X-Original-Method / X-Original-URI (as nginx configurations set them)
+//     or X-Forwarded-Method / X-Forwarded-Uri (Caddy, Traefik);
+//   - /v1/authz/<original path and query>, with the original method as the
+//     call's own (Envoy's path_prefix appends the original path).
+//
+// Every source present must agree: Caddy and Traefik pass the client's own
+// headers on to the auth server, so a client could otherwise name a cheaper
+// route in the header the gateway does not set.
+//
+// The customer's key is the original Authorization: Bearer credential, or
+// the value of the header that X-Tollgate-Key-Header names (X-Api-Key, say).
+// The account's route table (package route) maps method and path to one
+// work line; the request then takes the same staged path as /v1/check
+// (runAdmit), durable acknowledgement included, and is answered 200 with
+// headers the gateway forwards upstream, or with the same refusals as
+// /v1/check. A route marked capture is admitted and committed but not
+// billed: the service finishes the reservation named in
+// X-Tollgate-Reservation with the units it used.
+
+var (
+	pathAuthz    = []byte("/v1/authz")
+	pathAuthzDir = []byte("/v1/authz/")
+)
+
+// Headers of the forward-auth exchange.
+const (
+	hdrOriginalMethod  = "X-Original-Method"
+	hdrOriginalURI     = "X-Original-URI"
+	hdrForwardedMethod = "X-Forwarded-Method"
+	hdrForwardedURI    = "X-Forwarded-Uri"
+	hdrKeyHeader       = "X-Tollgate-Key-Header"
+
+	hdrAccount         = "X-Tollgate-Account"
+	hdrRequestID       = "X-Tollgate-Request-Id"
+	hdrUnits           = "X-Tollgate-Units"
+	hdrReservation     = "X-Tollgate-Reservation"
+	hdrRateLimitPolicy = "RateLimit-Policy"
+	hdrRateLimit       = "RateLimit"
+)
+
+// MaxOriginalURI bounds the original request's URI, in bytes.
+const MaxOriginalURI = 4096
+
+// authzRequest is the original request of the forward-auth call being
+// served, kept in the shard between reading it and matching its route.
+type authzRequest struct {
+	method []byte // into the request being served
+	dec    []byte // the path, percent-decoded
+	path   []byte // the path, decoded and normalised: what routes match
+}
+
+func isAuthzPath(p []byte) bool {
+	return bytes.Equal(p, pathAuthz) || bytes.HasPrefix(p, pathAuthzDir)
+}
+
+// serveAuthz answers one forward-auth call.
+func (s *Shard) serveAuthz(r *Request) {
+	if code, field := s.readOriginal(r.Req); code != "" {
+		s.writeAuthzProblem(r.Resp, fasthttp.StatusBadRequest, code, field)
+		return
+	}
+	key, code := s.authzKey(r.Req)
+	if code != "" {
+		s.writeAuthzProblem(r.Resp, fasthttp.StatusBadRequest, code, hdrKeyHeader)
+		return
+	}
+	p, ok := s.keyPrincipal(key, r.Now)
+	if key == nil || !ok {
+		s.engine.CountDenial(core.DenyUnknownPrincipal)
+		s.writeDenial(r.Resp, core.Denial{Reason: core.DenyUnknownPrincipal})
+		return
+	}
+	s.runAdmit(r, p, modeAuthz, nil)
+}
+
+// readOriginal reads the original method and URI into s.authz, or returns
+// the problem code and the field (header) at fault.
+func (s *Shard) readOriginal(req *fasthttp.Request) (code, field string) {
+	om, fm := req.Header.Peek(hdrOriginalMethod), req.Header.Peek(hdrForwardedMethod)
+	ou, fu := req.Header.Peek(hdrOriginalURI), req.Header.Peek(hdrForwardedURI)
+	var method, uri []byte
+	methodField, uriField := hdrOriginalMethod, hdrOriginalURI
+	if raw := req.Header.RequestURI(); !bytes.Equal(req.URI().Path(), pathAuthz) {
+		// Envoy: /v1/authz + the original path, under the original method.
+		if !bytes.HasPrefix(raw, pathAuthzDir) {
+			return "invalid-original-uri", "path"
+		}
+		method, uri, methodField, uriField = req.Header.Method(), raw[len(pathAuthz):], "method", "path"
+		switch {
+		case len(om) > 0 && !bytes.Equal(om, method):
+			return "conflicting-original-request", hdrOriginalMethod
+		case len(fm) > 0 && !bytes.Equal(fm, method):
+			return "conflicting-original-request", hdrForwardedMethod
+		case len(ou) > 0 && !bytes.Equal(ou, uri):
+			return "conflicting-original-request", hdrOriginalURI
+		case len(fu) > 0 && !bytes.Equal(fu, uri):
+			return "conflicting-original-request", hdrForwardedURI
+		}
+	} else {
+		var ok bool
+		if method, ok = agree(om, fm); !ok {
+			return "conflicting-original-request", hdrForwardedMethod
+		}
+		if uri, ok = agree(ou, fu); !ok {
+			return "conflicting-original-request", hdrForwardedURI
+		}
+		if len(method) == 0 {
+			return "missing-original-method", hdrOriginalMethod
+		}
+		if len(uri) == 0 {
+			return "missing-original-uri", hdrOriginalURI
+		}
+		if len(om) == 0 {
+			methodField = hdrForwardedMethod
+		}
+		if len(ou) == 0 {
+			uriField = hdrForwardedURI
+		}
+	}
+	if len(method) > route.MaxMethodLen || !isToken(method) {
+		return "invalid-original-method", methodField
+	}
+	if len(uri) > MaxOriginalURI {
+		return "original-uri-too-long", uriField
+	}
+	if !s.readPath(uri) {
+		return "invalid-original-uri", uriField
+	}
+	s.authz.method = method
+	return "", ""
+}
+
+// agree returns the value of whichever of two headers is present, and
+// false when both are and they differ.
+func agree(a, b []byte) ([]byte, bool) {
+	switch {
+	case len(a) == 0:
+		return b, true
+	case len(b) == 0 || bytes.Equal(a, b):
+		return a, true
+	}
+	return nil, false
+}
+
+// readPath decodes and normalises uri's path into s.authz.path: origin
+// form only (it starts with '/'), visible ASCII, valid percent-escapes, and
+// once decoded valid UTF-8 without control bytes. Dot segments and empty
+// segments go the way most servers route them, so "/v1/./chat",
+// "/v1//chat" and "/v1/ch%61t" are all priced as "/v1/chat".
+func (s *Shard) readPath(uri []byte) bool {
+	if len(uri) == 0 || uri[0] != '/' {
+		return false
+	}
+	for _, c := range uri {
+		if c < 0x21 || c > 0x7e {
+			return false
+		}
+	}
+	if i := bytes.IndexAny(uri, "?#"); i >= 0 {
+		uri = uri[:i]
+	}
+	dec := s.authz.dec[:0]
+	for i := 0; i < len(uri); i++ {
+		c := uri[i]
+		if c == '%' {
+			if i+2 >= len(uri) {
+				return false
+			}
+			hi, lo := unhex(uri[i+1]), unhex(uri[i+2])
+			if hi < 0 || lo < 0 {
+				return false
+			}
+			c = byte(hi<<4 | lo)
+			i += 2
+		}
+		dec = append(dec, c)
+	}
+	s.authz.dec = dec
+	if !utf8.Valid(dec) {
+		return false
+	}
+	for _, c := range dec {
+		if c < 0x20 || c == 0x7f {
+			return false
+		}
+	}
+	s.authz.path = normalisePath(s.authz.path[:0], dec)
+	return true
+}
+
+func unhex(c byte) int {
+	switch {
+	case c >= '0' && c <= '9':
+		return int(c - '0')
+	case c >= 'a' && c <= 'f':
+		return int(c-'a') + 10
+	case c >= 'A' && c <= 'F':
+		return int(c-'A') + 10
+	}
+	return -1
+}
+
+// normalisePath appends p (decoded, starting with '/') to out without "."
+// and ".." segments (RFC 3986 §5.2.4; ".." above the root stays at the root)
+// and without empty segments, keeping a trailing slash.
+func normalisePath(out, p []byte) []byte {
+	out = append(out, '/')
+	trailing := true // out ends in a '/' that belongs to the result
+	for len(p) > 0 {
+		if p[0] == '/' {
+			p, trailing = p[1:], true
+			continue
+		}
+		n := bytes.IndexByte(p, '/')
+		if n < 0 {
+			n = len(p)
+		}
+		seg := p[:n]
+		p = p[n:]
+		switch {
+		case len(seg) == 1 && seg[0] == '.':
+			trailing = true
+		case len(seg) == 2 && seg[0] == '.' && seg[1] == '.':
+			if len(out) > 1 {
+				out = out[:bytes.LastIndexByte(out[:len(out)-1], '/')+1]
+			}
+			trailing = true
+		default:
+			out = append(append(out, seg...), '/')
+			trailing = false
+		}
+	}
+	if !trailing && len(out) > 1 {
+		out = out[:len(out)-1]
+	}
+	return out
+}
+
+func isToken(b []byte) bool {
+	for _, c := range b {
+		if !route.IsTokenChar(c) {
+			return false
+		}
+	}
+	return len(b) > 0
+}
+
+var authorization = []byte("authorization")
+
+// authzKey returns the customer's key from the original request: the
+// Bearer credential of Authorization, or the value of the header named by
+// X-Tollgate-Key-Header. A missing or malformed key is nil (the caller
+// answers 401); a key header that names no header is a problem code.
+func (s *Shard) authzKey(req *fasthttp.Request) ([]byte, string) {
+	name := req.Header.Peek(hdrKeyHeader)
+	if len(name) == 0 || bytes.EqualFold(name, authorization) {
+		key, _ := credential.BearerToken(req.Header.Peek(fasthttp.HeaderAuthorization))
+		return key, ""
+	}
+	if len(name) > route.MaxHeaderNameLen || !isToken(name) {
+		return nil, "invalid-key-header"
+	}
+	key := bytes.TrimRight(req.Header.PeekBytes(name), " \t")
+	for _, c := range key {
+		if c < 0x21 || c > 0x7e {
+			return nil, ""
+		}
+	}
+	if len(key) == 0 {
+		return nil, ""
+	}
+	return key, ""
+}
+
+// routeWork matches the original request read by serveAuthz against the
+// pinned snapshot's route table and returns its work, or answers the
+// request itself (403 when no rule admits the route, 400 for a count
+// header that is not a count) and returns false.
+func (s *Shard) routeWork(r *Request, snap *core.Snapshot) (admitBody, bool) {
+	var rule *route.Rule
+	if t := route.Of(snap); t != nil {
+		rule = t.Match(s.authz.method, s.authz.path)
+	}
+	if rule == nil || rule.Deny {
+		s.writeAuthzProblem(r.Resp, fasthttp.StatusForbidden, "route-not-allowed", "")
+		return admitBody{}, false
+	}
+	count := rule.Count
+	if rule.CountHeader != "" {
+		if v := r.Req.Header.Peek(rule.CountHeader); len(v) > 0 {
+			n, ok := parseCount(v)
+			if !ok {
+				s.writeAuthzProblem(r.Resp, fasthttp.StatusBadRequest, "invalid-count-header", rule.CountHeader)
+				return admitBody{}, false
+			}
+			count = n
+		}
+	}
+	s.work[0] = core.WorkItem{Op: rule.Op, Count: count}
+	return admitBody{work: s.work[:1], ttl: rule.TTL, capture: rule.Capture}, true
+}
+
+// parseCount reads a count header: decimal digits, at most 2^63-1.
+func parseCount(v []byte) (uint64, bool) {
+	if len(v) == 0 || len(v) > 19 {
+		return 0, false
+	}
+	var n uint64
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + uint64(c-'0')
+	}
+	return n, n <= 1<<63-1
+}
+
+// writeAuthzAllowed answers an admitted forward-auth call: 200, no body, and
+// headers for the gateway to forward upstream — the account, the request
+// id, the units billed (or held, when captured), the reservation to finish
+// when captured, and the account's rate-limit policy.
+func (s *Shard) writeAuthzAllowed(resp *fasthttp.Response, ctx *core.RequestContext, res core.Reservation,
+	id core.RequestID, units core.CostUnits, capture bool) {
+	resp.SetStatusCode(fasthttp.StatusOK)
+	resp.Header.Set(hdrAccount, string(ctx.Account()))
+	resp.Header.SetBytesV(hdrRequestID, id.AppendHex(s.hdr[:0]))
+	resp.Header.SetBytesV(hdrUnits, strconv.AppendUint(s.hdr[:0], uint64(units), 10))
+	if capture {
+		resp.Header.SetBytesV(hdrReservation, appendReservation(s.hdr[:0], s.cfg.ID, res))
+	}
+	if b := appendRateLimitPolicy(s.hdr[:0], ctx.Limits()); len(b) > 0 {
+		resp.Header.SetBytesV(hdrRateLimitPolicy, b)
+		s.hdr = b[:0]
+	}
+	resp.SetBody(nil)
+}
+
+// The quota policies advertised in RateLimit-Policy (the IETF draft's
+// syntax, draft-ietf-httpapi-ratelimit-headers): the request rate, with its
+// burst as a vendor parameter, and the in-flight ceiling. A cost-unit rate
+// is not advertised: the draft's quota units registry has no unit for it.
+const (
+	policyRequests    = `"requests"`
+	policyConcurrency = `"concurrency"`
+)
+
+func appendRateLimitPolicy(b []byte, l *core.Limits) []byte {
+	if l.RequestRate > 0 {
+		b = append(b, policyRequests+";q="...)
+		b = strconv.AppendUint(b, uint64(l.RequestRate), 10)
+		b = append(b, ";w=1;tollgated-burst="...)
+		b = strconv.AppendUint(b, uint64(l.RequestBurst), 10)
+	}
+	if l.MaxConcurrent > 0 {
+		if len(b) > 0 {
+			b = append(b, ", "...)
+		}
+		b = append(b, policyConcurrency+";q="...)
+		b = strconv.AppendUint(b, uint64(l.MaxConcurrent), 10)
+		b = append(b, `;qu="concurrent-requests"`...)
+	}
+	return b
+}
+
+// writeRateLimit adds the RateLimit fields to a forward-auth refusal by a
+// rate or concurrency limit: the policy, and the refused one's available
+// quota (none) and, for the request rate, its effective window — the same
+// whole seconds as Retry-After.
+func (s *Shard) writeRateLimit(resp *fasthttp.Response, ctx *core.RequestContext, d core.Denial) {
+	if d.Reason != core.DenyRequestRateLimited && d.Reason != core.DenyConcurrencyLimited {
+		return
+	}
+	b := appendRateLimitPolicy(s.hdr[:0], ctx.Limits())
+	resp.Header.SetBytesV(hdrRateLimitPolicy, b)
+	if d.Reason == core.DenyRequestRateLimited {
+		b = append(b[:0], policyRequests+";r=0;t="...)
+		b = strconv.AppendInt(b, (d.RetryAfter+999_999_999)/1e9, 10)
+	} else {
+		b = append(b[:0], policyConcurrency+";r=0"...)
+	}
+	resp.Header.SetBytesV(hdrRateLimit, b)
+	s.hdr = b[:0]
+}
+
+// authzTitles are the titles of the forward-auth route's own problems.
+var authzTitles = map[string]string{
+	"missing-original-method":      "The original request's method is missing",
+	"invalid-original-method":      "The original request's method is not a method",
+	"missing-original-uri":         "The original request's URI is missing",
+	"invalid-original-uri":         "The original request's URI is not an origin-form URI of UTF-8",
+	"original-uri-too-long":        "The original request's URI is longer than 4096 bytes",
+	"conflicting-original-request": "Two sources of the original request disagree",
+	"invalid-key-header":           "X-Tollgate-Key-Header does not name a header",
+	"invalid-count-header":         "The count header is not a non-negative integer",
+	"route-not-allowed":            "No route of the account's policy admits this request",
+}
+
+// writeAuthzProblem answers a forward-auth call that cannot be priced: a
+// malformed description of the original request (400) or a route the
+// account's policy does not admit (403). field names the header at fault.
+func (s *Shard) writeAuthzProblem(resp *fasthttp.Response, status int, code, field string) {
+	b := s.out[:0]
+	b = append(b, `{"type":"about:blank","title":"`...)
+	b = append(b, authzTitles[code]...)
+	b = append(b, `","status":`...)
+	b = strconv.AppendInt(b, int64(status), 10)
+	b = append(b, `,"code":"`...)
+	b = append(b, code...)
+	b = append(b, `","retry":"never"`...)
+	if field != "" {
+		b = append(b, `,"field":"`...)
+		b = append(b, field...)
+		b = append(b, '"')
+	}
+	b = append(b, '}')
+	s.out = b
+	resp.SetStatusCode(status)
+	resp.Header.SetContentTypeBytes(problemJSON)
+	resp.SetBody(b)
+}
