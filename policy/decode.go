@@ -60,13 +60,15 @@ type duplicateKeyError struct{ *FieldError }
 func (e duplicateKeyError) Unwrap() []error { return []error{e.FieldError, ErrDuplicateKey} }
 
 // checkDuplicateKeys walks doc's tokens and refuses an object that names a
-// key twice, and any null (no field of a document takes one: a null would
-// silently mean the default). Keys are compared the way encoding/json
-// matches them to fields, case-insensitively: {"mode":"strict",
-// "MODE":"elastic"} names mode twice, and the decoder would keep the last.
-// Syntax errors are left for the decoder, which names them better.
+// key twice, and a null where the document cannot hold one (a null left a
+// field at its default silently; only an optional part, such as
+// routes.default, takes null, as its absence). Keys are compared the way
+// encoding/json matches them to fields, case-insensitively:
+// {"mode":"strict","MODE":"elastic"} names mode twice, and the decoder
+// would keep the last. Syntax errors are left for the decoder, which names
+// them better.
 func checkDuplicateKeys(doc []byte) error {
-	err := walkValue(json.NewDecoder(bytes.NewReader(doc)), "", 0)
+	err := walkValue(json.NewDecoder(bytes.NewReader(doc)), "", 0, reflect.TypeFor[Document]())
 	if errors.Is(err, errStopWalk) {
 		return nil
 	}
@@ -77,20 +79,25 @@ func checkDuplicateKeys(doc []byte) error {
 var errStopWalk = errors.New("stop")
 
 // maxWalkDepth bounds the walk. No field of a valid document is deeper than
-// 3 (operations.name.weight), so a value below this depth is refused by the
+// 4 (routes.rules[0].op), so a value below this depth is refused by the
 // decoder as a wrong type whatever its keys: the walk skips it without
 // looking (and goes on with its siblings), which keeps it linear on
 // adversarial nesting (paths grow with depth).
 const maxWalkDepth = 8
 
-func walkValue(dec *json.Decoder, path string, depth int) error {
+// walkValue reads one value that decodes into t (nil: a field the decoder
+// refuses as unknown, so anything goes here).
+func walkValue(dec *json.Decoder, path string, depth int, t reflect.Type) error {
 	tok, err := dec.Token()
 	if err != nil {
 		return errStopWalk
 	}
 	switch tok {
 	case nil:
-		return fieldErr(path, "must not be null (leave the field out for its default)")
+		if t != nil && t.Kind() != reflect.Pointer {
+			return fieldErr(path, "must not be null (leave the field out for its default)")
+		}
+		return nil
 	case json.Delim('{'), json.Delim('['):
 		if depth >= maxWalkDepth {
 			return skipNested(dec)
@@ -98,9 +105,13 @@ func walkValue(dec *json.Decoder, path string, depth int) error {
 	default:
 		return nil
 	}
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
 	if tok == json.Delim('[') {
+		elem := typeWithin(t, reflect.Slice, "")
 		for i := 0; dec.More(); i++ {
-			if err := walkValue(dec, path+"["+strconv.Itoa(i)+"]", depth+1); err != nil {
+			if err := walkValue(dec, path+"["+strconv.Itoa(i)+"]", depth+1, elem); err != nil {
 				return err
 			}
 		}
@@ -113,18 +124,44 @@ func walkValue(dec *json.Decoder, path string, depth int) error {
 			}
 			key, _ := kt.(string) // the decoder only yields string keys
 			p := join(path, key)
-			if folded := foldKey(key); seen[folded] {
+			folded := foldKey(key)
+			if seen[folded] {
 				return duplicateKeyError{&FieldError{Field: p, Problem: "duplicate key"}}
-			} else {
-				seen[folded] = true
 			}
-			if err := walkValue(dec, p, depth+1); err != nil {
+			seen[folded] = true
+			if err := walkValue(dec, p, depth+1, typeWithin(t, reflect.Struct, folded)); err != nil {
 				return err
 			}
 		}
 	}
 	if _, err := dec.Token(); err != nil { // the closing delimiter
 		return errStopWalk
+	}
+	return nil
+}
+
+// typeWithin is the type of what t holds: a slice's element, a map's
+// value, or the struct field whose JSON name folds to key; nil when t
+// holds no such thing (the decoder refuses it).
+func typeWithin(t reflect.Type, container reflect.Kind, key string) reflect.Type {
+	switch {
+	case t == nil:
+		return nil
+	case container == reflect.Slice && t.Kind() == reflect.Slice:
+		return t.Elem()
+	case container == reflect.Struct && t.Kind() == reflect.Map:
+		return t.Elem()
+	case container == reflect.Struct && t.Kind() == reflect.Struct:
+		for i := range t.NumField() {
+			f := t.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name == "" {
+				name = f.Name
+			}
+			if f.IsExported() && name != "-" && foldKey(name) == key {
+				return f.Type
+			}
+		}
 	}
 	return nil
 }

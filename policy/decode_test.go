@@ -106,3 +106,29 @@ func TestNullIsRefusedNotDefaulted(t *testing.T) {
 		}
 	}
 }
+
+// TestNullWhereTheDocumentTakesOne: an optional part (a pointer in the
+// document) takes null as its absence — the canonical form of routes
+// without a default says "default":null, and must parse again.
+func TestNullWhereTheDocumentTakesOne(t *testing.T) {
+	doc := `{"operations":{"requests":{"weight":1}},"limits":{"max_items":10},"routes":{"rules":[{"method":"GET","path":"/v1/x","op":"requests","count":1}]}}`
+	d, err := Parse([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	canonical := Canonical(d)
+	if !strings.Contains(string(canonical), `"default":null`) {
+		t.Fatalf("canonical %s", canonical)
+	}
+	if _, err := Parse(canonical); err != nil {
+		t.Fatalf("the canonical form does not parse: %v", err)
+	}
+	if _, err := Parse([]byte(`{"operations":{"requests":{"weight":1}},"limits":{"max_items":10},"routes":null}`)); err != nil {
+		t.Fatalf("routes null: %v", err)
+	}
+	_, err = Parse([]byte(`{"operations":{"requests":{"weight":1}},"limits":{"max_items":10},"routes":{"rules":null}}`))
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Field != "routes.rules" {
+		t.Fatalf("rules null: %v", err)
+	}
+}
