@@ -151,3 +151,18 @@ func counter(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, labels 
 func gauge(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, labels ...string) {
 	ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 }
+
+// buildInfoCollector is tollgated_build_info{version,revision,goversion} 1,
+// the usual way to put a binary's build in every dashboard.
+type buildInfoCollector struct{ m prometheus.Metric }
+
+var descBuildInfo = desc("build_info", "The build of this tollgated: always 1, with its version, VCS revision and Go version as labels.",
+	"version", "revision", "goversion")
+
+func newBuildInfoCollector() prometheus.Collector {
+	ver, revision, goVersion := buildInfo()
+	return buildInfoCollector{prometheus.MustNewConstMetric(descBuildInfo, prometheus.GaugeValue, 1, ver, revision, goVersion)}
+}
+
+func (c buildInfoCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descBuildInfo }
+func (c buildInfoCollector) Collect(ch chan<- prometheus.Metric) { ch <- c.m }

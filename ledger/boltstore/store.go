@@ -23,13 +23,16 @@
 //     keeps each account's last Options.UsageHistory accepted events.
 //   - Deposit keys are kept per account with their units; a repeat is
 //     recognised before any other check, even after the account closed.
-//   - Listings (Accounts, Leases, Keys, PlatformTokens) are in id order;
-//     limits (Rollover, Reclaim, UsageOf, AuditLog) must be positive.
+//   - Listings (Accounts, Leases, Keys, PlatformTokens, AdminTokens and
+//     the paged ListAccounts, ListLeases) are in id order; limits
+//     (Rollover, Reclaim, UsageOf, AuditLog, ExpireKeys, pages) must be
+//     positive. A page reads a bounded number of records (pages.go).
 //   - Idempotent repeats (same spec, same budget, same deposit) commit an
 //     empty transaction: cheap, and simpler than a read-then-write race.
 package boltstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -43,8 +46,7 @@ import (
 
 // Bucket names. Layout (keys → values):
 //
-//	meta      "schema" → schema version; "admin" → admin token digest;
-//	          "secretfp" → server secret fingerprint
+//	meta      "schema" → schema version; "secretfp" → server secret fingerprint
 //	accounts  account id → account
 //	due       period end ⧺ account id → nil: accounts with a budget period, for Rollover
 //	children  parent id ⧺ 0 ⧺ account id → nil: every account with a parent, for Children
@@ -55,7 +57,9 @@ import (
 //	eventage  ingested at ⧺ event id → nil: every events entry, for ForgetEvents
 //	usage     account id → bucket of sequence → usage: recent accepted usage
 //	keys      key id → key;  keyindex  account id ⧺ 0 ⧺ key id → nil
+//	keyexpiry expires at ⧺ key id → nil: live keys with an expiry, for ExpireKeys
 //	tokens    platform token id → token
+//	admintokens admin token id → admin token (the bootstrap one is "bootstrap")
 //	audit     sequence → audit record
 var (
 	bucketMeta     = []byte("meta")
@@ -72,20 +76,26 @@ var (
 	bucketKeyIndex = []byte("keyindex")
 	bucketTokens   = []byte("tokens")
 	bucketAudit    = []byte("audit")
+	bucketKeyExp   = []byte("keyexpiry")
+	bucketAdmins   = []byte("admintokens")
 
 	allBuckets = [][]byte{bucketMeta, bucketAccounts, bucketDue, bucketChildren, bucketDeposits, bucketLeases, bucketExpiry,
-		bucketEvents, bucketEventAge, bucketUsage, bucketKeys, bucketKeyIndex, bucketTokens, bucketAudit}
+		bucketEvents, bucketEventAge, bucketUsage, bucketKeys, bucketKeyIndex, bucketKeyExp, bucketTokens, bucketAdmins, bucketAudit}
 
 	metaSchema = []byte("schema")
-	metaAdmin  = []byte("admin")
 	metaSecret = []byte("secretfp")
+	// metaAdmin held the one admin token digest of schema 1 and 2; schema 3
+	// keeps it as the bootstrap admin token.
+	metaAdmin = []byte("admin")
 )
 
 // schemaVersion is the layout above; Open upgrades a file of schema 1 (no
-// children or event-age index) in the transaction that opens it, and
-// refuses any other. The bump matters: a build of schema 1 refuses a file
-// of schema 2 instead of writing accounts and events its indexes miss.
-const schemaVersion = 2
+// children or event-age index) or 2 (keys without name, expiry or last
+// use; one admin token) in the transaction that opens it, and refuses any
+// other. The bump matters: an older build refuses a newer file instead of
+// writing records its indexes miss or, for schema 2, finding no admin
+// token and generating a second one.
+const schemaVersion = 3
 
 // migrateFrom1 builds the indexes schema 2 added. A schema-1 file kept no
 // ingest times, so its event ids count as ingested at now.
@@ -103,6 +113,53 @@ func migrateFrom1(tx *bolt.Tx, now int64) error {
 	return nil
 }
 
+// migrateFrom2 rewrites every key in schema 3's layout (none had an
+// expiry, so the expiry index starts empty) and turns the one admin token
+// digest into the bootstrap admin token.
+func migrateFrom2(tx *bolt.Tx) error {
+	if _, err := tx.CreateBucketIfNotExists(bucketKeyExp); err != nil {
+		return err
+	}
+	admins, err := tx.CreateBucketIfNotExists(bucketAdmins)
+	if err != nil {
+		return err
+	}
+	keys, err := tx.CreateBucketIfNotExists(bucketKeys)
+	if err != nil {
+		return err
+	}
+	var rewritten [][2][]byte
+	err = keys.ForEach(func(id, v []byte) error {
+		k, err := decodeSchema2Key(id, v)
+		if err != nil {
+			return err
+		}
+		rewritten = append(rewritten, [2][]byte{bytes.Clone(id), encodeKey(&k)})
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, kv := range rewritten { // not inside ForEach: bbolt forbids writes while iterating
+		if err := keys.Put(kv[0], kv[1]); err != nil {
+			return err
+		}
+	}
+	meta := tx.Bucket(bucketMeta)
+	d := meta.Get(metaAdmin)
+	if d == nil {
+		return nil
+	}
+	if len(d) != 32 {
+		return fmt.Errorf("%w: admin token digest of %d bytes", ErrCorrupt, len(d))
+	}
+	t := ledger.AdminToken{ID: ledger.BootstrapAdminTokenID, Name: ledger.BootstrapAdminTokenID, Digest: [32]byte(d)}
+	if err := admins.Put([]byte(t.ID), encodeAdminToken(&t)); err != nil {
+		return err
+	}
+	return meta.Delete(metaAdmin)
+}
+
 // OpenTimeout is how long Open waits for the file lock: bbolt allows one
 // process per file, and a second opener should fail fast and clearly, not
 // hang.
@@ -118,6 +175,11 @@ type Options struct {
 	// events are kept for UsageOf; older ones are deleted as new ones
 	// arrive. 0 means DefaultUsageHistory.
 	UsageHistory int
+	// NoSync skips the fsync of every commit: a crash (of the machine, not
+	// only the process) can then lose changes a call reported done. For
+	// tests and fuzzing, which commit thousands of changes a second to
+	// throw away; the daemon never sets it.
+	NoSync bool
 }
 
 // Store is a ledger.Store over one bbolt file.
@@ -142,7 +204,7 @@ func Open(path string, opts Options) (*Store, error) {
 	if opts.UsageHistory == 0 {
 		opts.UsageHistory = DefaultUsageHistory
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: OpenTimeout})
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: OpenTimeout, NoSync: opts.NoSync, NoGrowSync: opts.NoSync})
 	if errors.Is(err, bolt.ErrTimeout) {
 		return nil, fmt.Errorf("%w: %s (gave up after %s): %w", ErrLocked, path, OpenTimeout, err)
 	}
@@ -159,6 +221,13 @@ func Open(path string, opts Options) (*Store, error) {
 		case string(schema) == string(u64Key(1)):
 			if err := migrateFrom1(tx, time.Now().UnixNano()); err != nil {
 				return fmt.Errorf("boltstore: %s: upgrading schema 1: %w", path, err)
+			}
+			if err := migrateFrom2(tx); err != nil {
+				return fmt.Errorf("boltstore: %s: upgrading schema 2: %w", path, err)
+			}
+		case string(schema) == string(u64Key(2)):
+			if err := migrateFrom2(tx); err != nil {
+				return fmt.Errorf("boltstore: %s: upgrading schema 2: %w", path, err)
 			}
 		case string(schema) != string(u64Key(schemaVersion)):
 			return fmt.Errorf("boltstore: %s has schema %x, this build reads %d", path, schema, schemaVersion)
