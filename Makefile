@@ -3,7 +3,7 @@ GO      ?= go
 PKGS    ?= ./...
 BIN     := bin
 
-.PHONY: all build run test test-short vet fmt-check bench bench-http clean
+.PHONY: all build run test test-short vet fmt-check fuzz bench bench-http clean
 
 all: build
 
@@ -29,6 +29,22 @@ vet:
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+# fuzz runs every Go fuzz target of every package (go test -fuzz), one
+# after another, for FUZZTIME each: the data-plane routes, the admin API,
+# HTTP framing, policy documents... Targets are discovered with
+# `go test -list`, so a new one is fuzzed without being listed here.
+# `make test` only replays their corpora. See docs/FUZZING.md.
+FUZZTIME  ?= 30s
+FUZZFLAGS ?=
+fuzz:
+	@list=$$($(GO) test -list '^Fuzz' $(PKGS)) || { echo "$$list"; exit 1; }; \
+	targets=$$(echo "$$list" | awk '/^Fuzz/ { t[n++] = $$1; next } /^ok/ { for (i = 0; i < n; i++) print $$2 " " t[i]; n = 0 }'); \
+	[ -n "$$targets" ] || { echo "fuzz: no fuzz targets found"; exit 1; }; \
+	echo "$$targets" | while read -r pkg target; do \
+		echo "fuzz: $$target ($$pkg) for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $(FUZZFLAGS) $$pkg || exit 1; \
+	done
 
 # bench runs the Go micro-benchmarks (engine, seqlock, rings).
 bench:

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"errors"
 	"net/http"
 
 	"github.com/tollgated/tollgated/core"
@@ -39,29 +40,44 @@ func (s *Server) pathAccount(r *http.Request) (ledger.Account, error) {
 	return s.loadAccount(r, id)
 }
 
-type createAccountRequest struct {
-	ID        string  `json:"id"`
-	Parent    *string `json:"parent"`
-	Capacity  string  `json:"capacity"`
-	Unmetered bool    `json:"unmetered"`
-}
+// maxIDLen bounds an id field before it is validated (core.AccountID is
+// at most 64 bytes; this only keeps the refusal's detail short).
+const maxIDLen = 256
 
 // createAccount: POST /v1/accounts. Idempotent and never destructive: 201
 // with the new account, 200 with the existing one if identical, 409 if the
 // id exists with different attributes (which stay as they were).
 func (s *Server) createAccount(w http.ResponseWriter, r *http.Request) error {
-	var req createAccountRequest
-	if err := decodeBody(w, r, &req, false); err != nil {
+	o, err := decodeObject(w, r, false)
+	if err != nil {
 		return err
 	}
-	spec := ledger.AccountSpec{ID: core.AccountID(req.ID), Unmetered: req.Unmetered}
+	if err := o.only("id", "parent", "capacity", "unmetered"); err != nil {
+		return err
+	}
+	id, _, err := o.str("id", true, maxIDLen)
+	if err != nil {
+		return err
+	}
+	spec := ledger.AccountSpec{ID: core.AccountID(id)}
 	if err := spec.ID.Validate(); err != nil {
 		return fieldProblem("id", "%v", err)
 	}
-	if req.Parent != nil && *req.Parent != "" {
-		spec.Parent = core.AccountID(*req.Parent)
+	parent, _, err := o.nullableStr("parent", maxIDLen)
+	if err != nil {
+		return err
+	}
+	capacity, _, err := o.str("capacity", false, maxIDLen)
+	if err != nil {
+		return err
+	}
+	if spec.Unmetered, _, err = o.boolean("unmetered", false); err != nil {
+		return err
+	}
+	if parent != nil {
+		spec.Parent = core.AccountID(*parent)
 		if err := spec.Parent.Validate(); err != nil {
-			return fieldProblem("parent", "%v", err)
+			return fieldProblem("parent", "%v (null for a root account)", err)
 		}
 		if spec.Parent == spec.ID {
 			return fieldProblem("parent", "an account cannot be its own parent")
@@ -69,13 +85,13 @@ func (s *Server) createAccount(w http.ResponseWriter, r *http.Request) error {
 	} else if spec.Unmetered {
 		return fieldProblem("unmetered", "a root account must be metered: every charge needs a balance that bounds it")
 	}
-	switch req.Capacity {
+	switch capacity {
 	case "", "assured":
 		spec.Capacity = core.CapacityAssured
 	case "best_effort":
 		spec.Capacity = core.CapacityBestEffort
 	default:
-		return fieldProblem("capacity", `must be "assured" or "best_effort", not %q`, req.Capacity)
+		return fieldProblem("capacity", `must be "assured" or "best_effort", not %q`, capacity)
 	}
 
 	s.mu.Lock()
@@ -94,19 +110,87 @@ func (s *Server) createAccount(w http.ResponseWriter, r *http.Request) error {
 	if created {
 		status = http.StatusCreated
 		w.Header().Set("Location", "/v1/accounts/"+string(acct.ID))
-		s.record(r.Context(), &f, actionAccountCreate, string(acct.ID), nil, viewAccount(&acct))
+		s.record(r.Context(), &f, actionAccountCreate, string(acct.ID), nil, ledgerView(&acct))
 	}
 	s.publish(&f, acct)
-	return writeJSON(w, status, accountResponse{viewAccount(&acct), f})
+	return writeJSON(w, status, accountResponse{s.viewAccount(&acct), f})
 }
 
 // getAccount: GET /v1/accounts/{id}.
 func (s *Server) getAccount(w http.ResponseWriter, r *http.Request) error {
+	if _, err := readQuery(r); err != nil {
+		return err
+	}
 	a, err := s.pathAccount(r)
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, viewAccount(&a))
+	return writeJSON(w, http.StatusOK, s.viewAccount(&a))
+}
+
+// listAccounts: GET /v1/accounts?parent=&status=&limit=&cursor=, in id
+// order.
+func (s *Server) listAccounts(w http.ResponseWriter, r *http.Request) error {
+	q, err := readQuery(r, "parent", "status", "limit", "cursor")
+	if err != nil {
+		return err
+	}
+	var parent core.AccountID
+	if v, ok := q.get("parent"); ok {
+		parent = core.AccountID(v)
+		if err := parent.Validate(); err != nil {
+			return codeProblem(codeInvalidQuery, "parent", "%v", err)
+		}
+	}
+	return s.pageAccounts(w, r, q, parent)
+}
+
+// children: GET /v1/accounts/{id}/children?status=&limit=&cursor= — the
+// accounts whose parent is {id}, in id order.
+func (s *Server) children(w http.ResponseWriter, r *http.Request) error {
+	id, err := accountID(r)
+	if err != nil {
+		return err
+	}
+	q, err := readQuery(r, "status", "limit", "cursor")
+	if err != nil {
+		return err
+	}
+	return s.pageAccounts(w, r, q, id)
+}
+
+func (s *Server) pageAccounts(w http.ResponseWriter, r *http.Request, q query, parent core.AccountID) error {
+	f := ledger.AccountFilter{Parent: parent}
+	if v, ok := q.get("status"); ok {
+		st, known := statusNames[v]
+		if !known {
+			return codeProblem(codeInvalidQuery, "status", `must be "active", "suspended" or "closed", not %q`, v)
+		}
+		f.ByStatus, f.Status = true, st
+	}
+	p, err := q.page(listAccounts)
+	if err != nil {
+		return err
+	}
+	accts, next, err := s.store.ListAccounts(r.Context(), f, ledger.Page{After: p.after, Limit: p.limit})
+	if err != nil {
+		return ledgerError(pageError(err), unknownAccount(parent))
+	}
+	views := make([]accountView, len(accts))
+	for i := range accts {
+		views[i] = s.viewAccount(&accts[i])
+	}
+	return writeJSON(w, http.StatusOK, newList(listAccounts, views, next))
+}
+
+// pageError turns the ledger's refusal of a page into the cursor's fault:
+// limits are checked here, so ErrInvalid can only be a cursor the ledger
+// does not recognise (one that is well formed, but was not its own).
+func pageError(err error) error {
+	if errors.Is(err, ledger.ErrInvalid) {
+		return codeProblem(codeInvalidQuery, "cursor", "is not a cursor of this listing")
+	}
+	return err
 }
 
 // change runs one account change under the admin lock: it reads the
@@ -127,10 +211,10 @@ func (s *Server) change(w http.ResponseWriter, r *http.Request, id core.AccountI
 	}
 	var f followUp
 	if !repeat {
-		s.record(r.Context(), &f, action, string(id), viewAccount(&before), viewAccount(&after))
+		s.record(r.Context(), &f, action, string(id), ledgerView(&before), ledgerView(&after))
 	}
 	s.publish(&f, after)
-	return writeJSON(w, status, accountResponse{viewAccount(&after), f})
+	return writeJSON(w, status, accountResponse{s.viewAccount(&after), f})
 }
 
 var statusNames = map[string]core.Status{
@@ -144,15 +228,20 @@ func (s *Server) setStatus(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var req struct {
-		Status string `json:"status"`
-	}
-	if err := decodeBody(w, r, &req, false); err != nil {
+	o, err := decodeObject(w, r, false)
+	if err != nil {
 		return err
 	}
-	st, ok := statusNames[req.Status]
+	if err := o.only("status"); err != nil {
+		return err
+	}
+	name, _, err := o.str("status", true, maxIDLen)
+	if err != nil {
+		return err
+	}
+	st, ok := statusNames[name]
 	if !ok {
-		return fieldProblem("status", `must be "active", "suspended" or "closed", not %q`, req.Status)
+		return fieldProblem("status", `must be "active", "suspended" or "closed", not %q`, name)
 	}
 	return s.change(w, r, id, actionAccountStatus, func(before *ledger.Account) (ledger.Account, int, bool, error) {
 		a, err := s.store.SetStatus(r.Context(), id, st)
@@ -171,30 +260,29 @@ func (s *Server) setBudget(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var req struct {
-		Allowance *core.CostUnits `json:"allowance"`
-		Period    *string         `json:"period"`
-	}
-	if err := decodeBody(w, r, &req, false); err != nil {
+	o, err := decodeObject(w, r, false)
+	if err != nil {
 		return err
 	}
-	if req.Allowance == nil {
-		return fieldProblem("allowance", "is required (0 for none)")
-	}
-	if err := checkUnits("allowance", *req.Allowance); err != nil {
+	if err := o.only("allowance", "period"); err != nil {
 		return err
 	}
-	if req.Period == nil {
-		return fieldProblem("period", `is required: "day", "week", "month" or "none"`)
+	allowance, _, err := o.units("allowance", true)
+	if err != nil {
+		return err
 	}
-	p, ok := periodValues[*req.Period]
+	period, _, err := o.str("period", true, maxIDLen)
+	if err != nil {
+		return err
+	}
+	p, ok := periodValues[period]
 	if !ok {
-		return fieldProblem("period", `must be "day", "week", "month" or "none", not %q`, *req.Period)
+		return fieldProblem("period", `must be "day", "week", "month" or "none", not %q`, period)
 	}
-	if p == ledger.PeriodNone && *req.Allowance != 0 {
+	if p == ledger.PeriodNone && allowance != 0 {
 		return fieldProblem("allowance", `must be 0 when period is "none": an allowance renews each period`)
 	}
-	b := ledger.Budget{Allowance: *req.Allowance, Period: p}
+	b := ledger.Budget{Allowance: allowance, Period: p}
 	return s.change(w, r, id, actionAccountBudget, func(before *ledger.Account) (ledger.Account, int, bool, error) {
 		a, err := s.store.SetBudget(r.Context(), id, b, s.now())
 		return a, http.StatusOK, before.Budget == b, err
@@ -212,24 +300,29 @@ func (s *Server) deposit(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var req struct {
-		Units          core.CostUnits `json:"units"`
-		IdempotencyKey string         `json:"idempotency_key"`
-	}
-	if err := decodeBody(w, r, &req, false); err != nil {
+	o, err := decodeObject(w, r, false)
+	if err != nil {
 		return err
 	}
-	if req.Units == 0 {
-		return fieldProblem("units", "is required and must be positive")
-	}
-	if err := checkUnits("units", req.Units); err != nil {
+	if err := o.only("units", "idempotency_key"); err != nil {
 		return err
 	}
-	if !validIdempotencyKey(req.IdempotencyKey) {
-		return fieldProblem("idempotency_key", "is required: 1 to %d printable ASCII characters", MaxIdempotencyKeyLen)
+	units, _, err := o.units("units", true)
+	if err != nil {
+		return err
+	}
+	if units == 0 {
+		return fieldProblem("units", "must be positive")
+	}
+	key, _, err := o.str("idempotency_key", true, MaxIdempotencyKeyLen)
+	if err != nil {
+		return err
+	}
+	if !validIdempotencyKey(key) {
+		return fieldProblem("idempotency_key", "must be 1 to %d printable ASCII characters", MaxIdempotencyKeyLen)
 	}
 	return s.change(w, r, id, actionAccountDeposit, func(*ledger.Account) (ledger.Account, int, bool, error) {
-		a, dup, err := s.store.Deposit(r.Context(), id, req.Units, req.IdempotencyKey, s.now())
+		a, dup, err := s.store.Deposit(r.Context(), id, units, key, s.now())
 		if dup {
 			return a, http.StatusOK, true, err
 		}

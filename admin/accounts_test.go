@@ -62,6 +62,7 @@ func TestCreateAccount(t *testing.T) {
 		"budget": map[string]any{"allowance": 0.0, "period": "none"}, "policy_generation": 1.0,
 		"balance": 0.0, "allowance_left": 0.0, "top_up_left": 0.0, "outstanding": 0.0, "settled": 0.0, "loss": 0.0,
 		"expired": 0.0, "deposited": 0.0, "overage": 0.0, "period_start": nil, "period_end": nil,
+		"funds": map[string]any{"available": 0.0, "held_unspent": nil, "in_leases": 0.0, "settled": 0.0, "lost": 0.0, "expired": 0.0},
 	}
 	if len(v) != len(want) {
 		t.Fatalf("fields: %v", v)
@@ -75,7 +76,7 @@ func TestCreateAccount(t *testing.T) {
 		t.Fatalf("published %+v", a)
 	}
 	r, before, after := h.lastAudit()
-	if r.Actor != "admin" || r.Action != "account.create" || r.Target != "acme" || before != nil || after["id"] != "acme" || r.At != startNs {
+	if r.Actor != "admin/bootstrap" || r.Action != "account.create" || r.Target != "acme" || before != nil || after["id"] != "acme" || r.At != startNs {
 		t.Fatalf("audit %+v %v %v", r, before, after)
 	}
 
@@ -101,7 +102,7 @@ func TestCreateAccountIsIdempotentAndNeverDestructive(t *testing.T) {
 
 	// The same spec again: 200, the existing account (money intact), no
 	// audit record, published again.
-	again := h.ok(http.StatusOK, "POST", "/v1/accounts", `{"id":"acme","capacity":"assured","parent":""}`)
+	again := h.ok(http.StatusOK, "POST", "/v1/accounts", `{"id":"acme","capacity":"assured","parent":null}`)
 	if again["balance"] != 50.0 {
 		t.Fatalf("repeat create returned %v", again)
 	}

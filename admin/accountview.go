@@ -29,6 +29,29 @@ type accountView struct {
 	Overage          core.CostUnits `json:"overage"`
 	PeriodStart      *string        `json:"period_start"`
 	PeriodEnd        *string        `json:"period_end"`
+	Funds            fundsView      `json:"funds"`
+}
+
+// fundsView says what the account's money is doing, in the words an
+// account's owner asks in: what can I still spend, where is the rest?
+// Units in leases are taken from the balance the moment a node leases them
+// (so the balance alone drops as soon as traffic starts), but while this
+// node's shards hold them unspent they are still spendable: available
+// counts them.
+type fundsView struct {
+	// Available is what can still be spent: the balance plus HeldUnspent.
+	Available core.CostUnits `json:"available"`
+	// HeldUnspent is what this node's leases hold for the account and have
+	// not spent; null when the node does not say (then Available is the
+	// balance alone).
+	HeldUnspent *core.CostUnits `json:"held_unspent"`
+	// InLeases is everything granted to leases (of any node) and neither
+	// billed nor returned yet: HeldUnspent, usage on its way to the
+	// ledger, and other nodes' holdings.
+	InLeases core.CostUnits `json:"in_leases"`
+	Settled  core.CostUnits `json:"settled"` // billed usage
+	Lost     core.CostUnits `json:"lost"`    // forfeited by leases that ended without returning it
+	Expired  core.CostUnits `json:"expired"` // allowance left unspent at the end of a period
 }
 
 type budgetView struct {
@@ -43,7 +66,32 @@ type accountResponse struct {
 	followUp
 }
 
-func viewAccount(a *ledger.Account) accountView {
+// Holdings reports, for an account, the units this node's leases hold and
+// have not spent (the control plane knows: it slices leases to the
+// shards). It is called from admin requests' goroutines, concurrently.
+type Holdings interface {
+	LeaseHoldings(core.AccountID) core.CostUnits
+}
+
+// viewAccount is the account as answered, with this node's holdings when
+// the Server has a Holdings.
+func (s *Server) viewAccount(a *ledger.Account) accountView {
+	v := ledgerView(a)
+	if s.holdings != nil {
+		// Never more than the ledger says is in leases: a report beyond
+		// it would count units twice.
+		held := min(s.holdings.LeaseHoldings(a.ID), a.Outstanding)
+		if avail, err := v.Funds.Available.Add(held); err == nil {
+			v.Funds.Available, v.Funds.HeldUnspent = avail, &held
+		}
+	}
+	return v
+}
+
+// ledgerView is the ledger's view of an account alone: what audit records
+// store (a node's holdings change by the millisecond and are not the
+// ledger's state).
+func ledgerView(a *ledger.Account) accountView {
 	v := accountView{
 		ID: a.ID, Capacity: capacityName(a.Capacity), Unmetered: a.Unmetered,
 		Scope: scopeName(a.Scope), Status: a.Status.String(),
@@ -52,6 +100,7 @@ func viewAccount(a *ledger.Account) accountView {
 		Balance:          a.Balance(), AllowanceLeft: a.AllowanceLeft, TopUpLeft: a.TopUpLeft,
 		Outstanding: a.Outstanding, Settled: a.Settled, Loss: a.Loss, Expired: a.Expired,
 		Deposited: a.Deposited, Overage: a.Overage,
+		Funds: fundsView{Available: a.Balance(), InLeases: a.Outstanding, Settled: a.Settled, Lost: a.Loss, Expired: a.Expired},
 	}
 	if a.Parent != "" {
 		p := string(a.Parent)

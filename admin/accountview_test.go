@@ -16,13 +16,13 @@ func TestViewAccount(t *testing.T) {
 		Deposited: 30, AllowanceLeft: 4, TopUpLeft: 6, Outstanding: 5, Settled: 15,
 		PeriodStart: startNs, PeriodEnd: startNs + 1,
 	}
-	v := viewAccount(&a)
+	v := ledgerView(&a)
 	if *v.Parent != "ws" || v.Scope != "agent" || v.Status != "suspended" || v.Capacity != "best_effort" ||
 		v.Balance != 10 || v.Budget.Period != "month" || *v.PeriodStart != "2026-06-27T08:00:00Z" ||
 		*v.PeriodEnd != "2026-06-27T08:00:00.000000001Z" {
 		t.Fatalf("%+v", v)
 	}
-	b, _ := json.Marshal(viewAccount(&ledger.Account{AccountSpec: ledger.AccountSpec{ID: "root"}}))
+	b, _ := json.Marshal(ledgerView(&ledger.Account{AccountSpec: ledger.AccountSpec{ID: "root"}}))
 	var m map[string]any
 	json.Unmarshal(b, &m)
 	if m["parent"] != nil || m["period_start"] != nil || m["period_end"] != nil {

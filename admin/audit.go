@@ -9,8 +9,28 @@ import (
 	"github.com/tollgated/tollgated/ledger"
 )
 
-// auditActor is the Actor of every record this API writes.
-const auditActor = "admin"
+// Actors of audit records: a request's is "admin/" and the id of the
+// admin token it authenticated with; changes tollgated makes on its own
+// (a key reaching its expiry) are systemActor's.
+const (
+	adminActorPrefix = "admin/"
+	systemActor      = "tollgated"
+)
+
+type actorKey struct{}
+
+// withActor is ctx carrying the actor of the changes made under it.
+func withActor(ctx context.Context, actor string) context.Context {
+	return context.WithValue(ctx, actorKey{}, actor)
+}
+
+// actorOf is ctx's actor; a change made without one is the system's.
+func actorOf(ctx context.Context) string {
+	if a, ok := ctx.Value(actorKey{}).(string); ok {
+		return a
+	}
+	return systemActor
+}
 
 // Audit actions, one per kind of change.
 const (
@@ -21,8 +41,12 @@ const (
 	actionAccountDeposit      = "account.deposit"
 	actionKeyCreate           = "key.create"
 	actionKeyRevoke           = "key.revoke"
+	actionKeyRotate           = "key.rotate"
+	actionKeyExpire           = "key.expire"
 	actionPlatformTokenCreate = "platform_token.create"
 	actionPlatformTokenRevoke = "platform_token.revoke"
+	actionAdminTokenCreate    = "admin_token.create"
+	actionAdminTokenRevoke    = "admin_token.revoke"
 )
 
 // followUp reports what failed after a change was stored. Its fields are
@@ -55,12 +79,12 @@ func (s *Server) record(ctx context.Context, f *followUp, action, target string,
 		return
 	}
 	s.metrics.mutations.WithLabelValues(action).Inc()
-	rec := ledger.AuditRecord{At: s.now(), Actor: auditActor, Action: action, Target: target, Before: b, After: a}
+	rec := ledger.AuditRecord{At: s.now(), Actor: actorOf(ctx), Action: action, Target: target, Before: b, After: a}
 	if _, err := s.store.Audit(context.WithoutCancel(ctx), rec); err != nil {
 		s.auditFailed(f, action, target, err)
 		return
 	}
-	s.log.Info().Str("action", action).Str("target", target).Msg("admin: change stored")
+	s.log.Info().Str("action", action).Str("target", target).Str("actor", rec.Actor).Msg("admin: change stored")
 }
 
 func (s *Server) auditFailed(f *followUp, action, target string, err error) {

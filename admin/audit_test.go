@@ -7,7 +7,7 @@ import (
 
 func TestRecordSkipsUnchangedState(t *testing.T) {
 	h := newHarness(t)
-	ctx := context.Background()
+	ctx := withActor(context.Background(), "admin/someone")
 	var f followUp
 	h.srv.record(ctx, &f, "test.same", "t", map[string]int{"a": 1}, map[string]int{"a": 1})
 	if n := len(h.auditLog()); n != 0 {
@@ -17,7 +17,7 @@ func TestRecordSkipsUnchangedState(t *testing.T) {
 	h.srv.record(ctx, &f, "test.create", "t", nil, map[string]int{"a": 3})
 	recs := h.auditLog()
 	if len(recs) != 2 || recs[0].Action != "test.change" || string(recs[0].Before) != `{"a":1}` || string(recs[0].After) != `{"a":2}` ||
-		recs[1].Before != nil || recs[1].Actor != "admin" || recs[1].At != startNs {
+		recs[1].Before != nil || recs[1].Actor != "admin/someone" || recs[0].Actor != "admin/someone" || recs[1].At != startNs {
 		t.Fatalf("records %+v", recs)
 	}
 	if f != (followUp{}) {

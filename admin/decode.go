@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
-	"reflect"
+	"slices"
 	"strconv"
-	"strings"
+	"time"
+	"unicode/utf8"
 
 	"github.com/tollgated/tollgated/core"
 )
@@ -24,12 +26,17 @@ const MaxBodyBytes = 64 << 10
 // hold, and no backend one it cannot store.
 const maxUnits = core.CostUnits(math.MaxInt64)
 
+// maxNestingChecked is how deep the duplicate-key walk looks. No admin body
+// nests at all, so anything deeper is refused as a wrong type whatever its
+// keys; the walk skips it without looking, so adversarial nesting costs a
+// linear scan and never a deep recursion.
+const maxNestingChecked = 16
+
 // readBody reads the whole body, at most MaxBodyBytes.
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
+		if _, tooLarge := errors.AsType[*http.MaxBytesError](err); tooLarge {
 			return nil, problemf(codeTooLarge, "request bodies are at most %d bytes", MaxBodyBytes)
 		}
 		return nil, problemf(codeInvalidJSON, "reading the body: %v", err)
@@ -37,68 +44,307 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	return b, nil
 }
 
-// decodeBody reads and decodes one JSON object into dst, refusing unknown
-// fields, wrong types and trailing data. An empty body decodes as {} when
-// emptyOK (for requests whose every field is optional).
-func decodeBody(w http.ResponseWriter, r *http.Request, dst any, emptyOK bool) error {
+// object is a request body's JSON object, checked as a whole before any
+// field is read: one object and nothing after it, valid UTF-8, no key
+// given twice at any depth. Fields keep their raw JSON, so each reader
+// below tells a missing field from null from a wrong type, and names the
+// field in every refusal.
+type object map[string]json.RawMessage
+
+// decodeObject reads the body as an object. An empty body is the empty
+// object when emptyOK (requests whose every field is optional).
+func decodeObject(w http.ResponseWriter, r *http.Request, emptyOK bool) (object, error) {
 	b, err := readBody(w, r)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if len(bytes.TrimSpace(b)) == 0 {
+	return parseObject(b, emptyOK)
+}
+
+func parseObject(b []byte, emptyOK bool) (object, error) {
+	trimmed := bytes.TrimLeft(b, " \t\r\n")
+	if len(trimmed) == 0 {
 		if emptyOK {
-			return nil
+			return object{}, nil
 		}
-		return problemf(codeInvalidJSON, "the body is empty; a JSON object is required")
+		return nil, problemf(codeInvalidJSON, "the body is empty; a JSON object is required")
 	}
-	if b = bytes.TrimLeft(b, " \t\r\n"); b[0] != '{' {
-		return problemf(codeInvalidJSON, "the body must be a JSON object")
+	if trimmed[0] != '{' {
+		return nil, problemf(codeInvalidJSON, "the body must be a JSON object")
 	}
+	if !json.Valid(b) {
+		// Decode to name the syntax error and where it is.
+		err := json.Unmarshal(b, new(any))
+		if err == nil {
+			err = errors.New("not one JSON value")
+		}
+		return nil, problemf(codeInvalidJSON, "%v", err)
+	}
+	if path, dup := duplicateKey(b); dup {
+		return nil, codeProblem(codeDuplicateField, path, "is given twice; each field once")
+	}
+	var o object
+	if err := json.Unmarshal(b, &o); err != nil {
+		return nil, problemf(codeInvalidJSON, "%v", err)
+	}
+	if !utf8.Valid(b) {
+		// encoding/json replaces invalid UTF-8 silently; the raw values
+		// kept it, so the field is named when it is in a value.
+		for _, name := range slices.Sorted(maps.Keys(o)) {
+			if !utf8.Valid(o[name]) {
+				return nil, fieldProblem(name, "is not valid UTF-8")
+			}
+		}
+		return nil, problemf(codeInvalidJSON, "the body is not valid UTF-8")
+	}
+	return o, nil
+}
+
+// duplicateKey reports the dotted path of the first key an object of the
+// (valid) JSON document b names twice, at any depth up to
+// maxNestingChecked.
+func duplicateKey(b []byte) (string, bool) {
 	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(dst); err != nil {
-		return decodeError(err)
+	path, dup := walkDuplicates(dec, "", 0)
+	return path, dup
+}
+
+// walkDuplicates reads one value from dec. Syntax errors cannot happen:
+// the caller checked b is valid JSON.
+func walkDuplicates(dec *json.Decoder, path string, depth int) (string, bool) {
+	tok, err := dec.Token()
+	if err != nil {
+		return "", false
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return problemf(codeInvalidJSON, "data after the JSON object")
+	delim, ok := tok.(json.Delim)
+	if !ok || delim == '}' || delim == ']' {
+		return "", false
+	}
+	if depth >= maxNestingChecked {
+		skipValue(dec)
+		return "", false
+	}
+	if delim == '[' {
+		for i := 0; dec.More(); i++ {
+			if p, dup := walkDuplicates(dec, path+"["+strconv.Itoa(i)+"]", depth+1); dup {
+				return p, true
+			}
+		}
+		dec.Token() // ]
+		return "", false
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		kt, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		key, _ := kt.(string)
+		p := fieldName(key)
+		if path != "" {
+			p = path + "." + p
+		}
+		if seen[key] {
+			return p, true
+		}
+		seen[key] = true
+		if p, dup := walkDuplicates(dec, p, depth+1); dup {
+			return p, true
+		}
+	}
+	dec.Token() // }
+	return "", false
+}
+
+// skipValue consumes the rest of an array or object whose opening
+// delimiter was just read.
+func skipValue(dec *json.Decoder) {
+	for open := 1; open > 0; {
+		tok, err := dec.Token()
+		if err != nil {
+			return
+		}
+		switch tok {
+		case json.Delim('{'), json.Delim('['):
+			open++
+		case json.Delim('}'), json.Delim(']'):
+			open--
+		}
+	}
+}
+
+// only refuses any field but names, naming the first unknown one in
+// sorted order (so the answer does not depend on map order).
+func (o object) only(names ...string) error {
+	for _, k := range slices.Sorted(maps.Keys(o)) {
+		if !slices.Contains(names, k) {
+			return fieldProblem(fieldName(k), "unknown field")
+		}
 	}
 	return nil
 }
 
-// decodeError names the field encoding/json refused, when there is one.
-func decodeError(err error) error {
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) {
-		return fieldProblem(te.Field, "must be %s, not %s", describeType(te.Type), te.Value)
+// fieldName is how a problem names the key k: as is, but the empty key as
+// "" (a problem without a field would not say which one is wrong).
+func fieldName(k string) string {
+	if k == "" {
+		return `""`
 	}
-	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		if n, uerr := strconv.Unquote(name); uerr == nil {
-			name = n
-		}
-		return fieldProblem(name, "unknown field")
-	}
-	return problemf(codeInvalidJSON, "%v", err)
+	return k
 }
 
-func describeType(t reflect.Type) string {
-	switch t.Kind() {
-	case reflect.Uint64:
-		return "a non-negative integer"
-	case reflect.String:
+// kind is a raw JSON value's type, for refusals.
+func kind(raw json.RawMessage) string {
+	switch raw[0] {
+	case '"':
 		return "a string"
-	case reflect.Bool:
-		return "true or false"
-	case reflect.Pointer:
-		return describeType(t.Elem())
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
 	}
-	return t.String()
+	return "a number"
 }
 
-// checkUnits refuses an amount above maxUnits. Negative numbers, fractions
-// and exponents never get here: they do not decode into an unsigned field.
-func checkUnits(field string, v core.CostUnits) error {
-	if v > maxUnits {
-		return fieldProblem(field, "must be at most %d", maxUnits)
+// field returns name's raw value. It is an error if name is missing and
+// required, or null (no admin field takes null unless its reader says so).
+func (o object) field(name string, required bool) (json.RawMessage, bool, error) {
+	raw, ok := o[name]
+	if !ok {
+		if required {
+			return nil, false, fieldProblem(name, "is required")
+		}
+		return nil, false, nil
+	}
+	if raw[0] == 'n' {
+		return nil, false, fieldProblem(name, "must not be null")
+	}
+	return raw, true, nil
+}
+
+// str reads a string field of at most maxLen bytes. Present-but-empty is
+// returned as such: callers that need a value check it.
+func (o object) str(name string, required bool, maxLen int) (string, bool, error) {
+	raw, ok, err := o.field(name, required)
+	if !ok || err != nil {
+		return "", ok, err
+	}
+	return stringValue(name, raw, maxLen)
+}
+
+// nullableStr reads a string field that may also be null: (nil, false)
+// when missing, (nil, true) when null.
+func (o object) nullableStr(name string, maxLen int) (*string, bool, error) {
+	raw, ok := o[name]
+	if !ok {
+		return nil, false, nil
+	}
+	if raw[0] == 'n' {
+		return nil, true, nil
+	}
+	s, _, err := stringValue(name, raw, maxLen)
+	if err != nil {
+		return nil, true, err
+	}
+	return &s, true, nil
+}
+
+func stringValue(name string, raw json.RawMessage, maxLen int) (string, bool, error) {
+	if raw[0] != '"' {
+		return "", true, fieldProblem(name, "must be a string, not %s", kind(raw))
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", true, fieldProblem(name, "is not a valid string: %v", err)
+	}
+	if len(s) > maxLen {
+		return "", true, fieldProblem(name, "must be at most %d bytes, not %d", maxLen, len(s))
+	}
+	return s, true, nil
+}
+
+// boolean reads a true/false field.
+func (o object) boolean(name string, required bool) (bool, bool, error) {
+	raw, ok, err := o.field(name, required)
+	if !ok || err != nil {
+		return false, ok, err
+	}
+	switch string(raw) {
+	case "true":
+		return true, true, nil
+	case "false":
+		return false, true, nil
+	}
+	return false, true, fieldProblem(name, "must be true or false, not %s", kind(raw))
+}
+
+// units reads an amount: a JSON integer from 0 to 2^63−1, written without
+// sign, fraction or exponent (2.0 and 1e3 are refused: an amount is
+// counted, never measured).
+func (o object) units(name string, required bool) (core.CostUnits, bool, error) {
+	raw, ok, err := o.field(name, required)
+	if !ok || err != nil {
+		return 0, ok, err
+	}
+	n, err := integer(name, raw, 0, math.MaxInt64)
+	return core.CostUnits(n), true, err
+}
+
+// integer reads a field that must be a JSON integer in [lo, hi].
+func (o object) integer(name string, required bool, lo, hi int64) (int64, bool, error) {
+	raw, ok, err := o.field(name, required)
+	if !ok || err != nil {
+		return 0, ok, err
+	}
+	n, err := integer(name, raw, lo, hi)
+	return n, true, err
+}
+
+func integer(name string, raw json.RawMessage, lo, hi int64) (int64, error) {
+	if k := kind(raw); k != "a number" {
+		return 0, fieldProblem(name, "must be an integer, not %s", k)
+	}
+	if bytes.ContainsAny(raw, ".eE") {
+		return 0, fieldProblem(name, "must be an integer, not %s (no fraction or exponent)", raw)
+	}
+	n, err := strconv.ParseInt(string(raw), 10, 64)
+	switch {
+	case err != nil && raw[0] == '-', err == nil && n < lo:
+		return 0, fieldProblem(name, "must be at least %d", lo)
+	case err != nil, n > hi:
+		return 0, fieldProblem(name, "must be at most %d", hi)
+	}
+	return n, nil
+}
+
+// timestamp reads an RFC 3339 time that may be null: (0, false) when
+// missing or null.
+func (o object) timestamp(name string) (int64, bool, error) {
+	s, _, err := o.nullableStr(name, 64)
+	if err != nil || s == nil {
+		return 0, false, err
+	}
+	t, err := time.Parse(time.RFC3339Nano, *s)
+	if err != nil {
+		return 0, false, fieldProblem(name, "must be an RFC 3339 time such as 2026-12-31T23:59:59Z, not %q", *s)
+	}
+	if t.Year() < 1970 || t.Year() > 2200 {
+		return 0, false, fieldProblem(name, "must be between 1970 and 2200")
+	}
+	return t.UnixNano(), true, nil
+}
+
+// checkName refuses a label (of a key or token) with bytes a terminal or
+// log line would misread: control characters.
+func checkName(field, s string) error {
+	for _, r := range s {
+		if r < ' ' || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			return fieldProblem(field, "must not contain control characters")
+		}
 	}
 	return nil
 }

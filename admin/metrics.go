@@ -3,6 +3,7 @@ package admin
 import (
 	"fmt"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,6 +16,8 @@ type metrics struct {
 	requests  *prometheus.CounterVec // route, method, code (HTTP status)
 	mutations *prometheus.CounterVec // action: changes that reached the ledger
 	errors    *prometheus.CounterVec // code: problem codes, plus publish-failed and audit-failed
+	conns     prometheus.Gauge       // open admin connections
+	panics    prometheus.Counter     // handlers that panicked (answered 500)
 }
 
 // Codes counted in errors besides the problem codes: a change stored in
@@ -38,8 +41,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "tollgated_admin_errors_total",
 			Help: "Admin API errors by problem code; publish-failed and audit-failed count stored changes whose follow-up failed.",
 		}, []string{"code"}),
+		conns: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tollgated_admin_connections",
+			Help: "Open connections to the admin listener (at most its connection limit).",
+		}),
+		panics: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tollgated_admin_panics_total",
+			Help: "Admin requests whose handler panicked; each was answered 500 internal and logged with its stack.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.mutations, m.errors} {
+	for _, c := range []prometheus.Collector{m.requests, m.mutations, m.errors, m.conns, m.panics} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("admin: registering metrics: %w", err)
 		}
@@ -90,15 +101,43 @@ func (r *statusRecorder) Flush() {
 	}
 }
 
-// instrument counts every request to route by method and status.
+// instrument counts every request to route by method and status, and
+// turns a handler's panic into a logged, counted 500 (see recoverPanic).
 func (s *Server) instrument(route string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rec := &statusRecorder{ResponseWriter: w}
-		next.ServeHTTP(rec, r)
+		func() {
+			defer s.recoverPanic(rec, r)
+			next.ServeHTTP(rec, r)
+		}()
 		status := rec.status
 		if status == 0 {
 			status = http.StatusOK
 		}
 		s.metrics.requests.WithLabelValues(route, methodLabel(r.Method), strconv.Itoa(status)).Inc()
 	})
+}
+
+// recoverPanic answers a panicking handler 500 internal (when it has not
+// answered yet), logs the stack and counts it. A panic cannot leave the
+// ledger half-changed (each change is one transaction); it can leave a
+// stored change unaudited or unpublished, which the next change to the
+// account, or repeating the request, publishes. Answering beats dropping
+// the connection, which is what net/http would do; the count makes it
+// loud, and the fuzz targets assert it stays 0. http.ErrAbortHandler is
+// net/http's way to abort a response and passes through.
+func (s *Server) recoverPanic(w *statusRecorder, r *http.Request) {
+	v := recover()
+	if v == nil {
+		return
+	}
+	if v == http.ErrAbortHandler {
+		panic(v)
+	}
+	s.metrics.panics.Inc()
+	s.log.Error().Str("method", r.Method).Str("path", r.URL.Path).Str("panic", fmt.Sprint(v)).
+		Str("stack", string(debug.Stack())).Msg("admin: handler panicked")
+	if w.status == 0 {
+		s.fail(w, r, problemf(codeInternal, "the request failed; see the server log"))
+	}
 }

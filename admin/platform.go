@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"cmp"
 	"net/http"
 	"slices"
 
@@ -26,7 +25,11 @@ func tokenTarget(id string) string { return "platform-tokens/" + id }
 // digest is taken under the server secret, like API keys, so the data plane
 // verifies both the same way.
 func (s *Server) createPlatformToken(w http.ResponseWriter, r *http.Request) error {
-	if err := decodeBody(w, r, &struct{}{}, true); err != nil {
+	o, err := decodeObject(w, r, true)
+	if err != nil {
+		return err
+	}
+	if err := o.only(); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -50,22 +53,31 @@ func (s *Server) createPlatformToken(w http.ResponseWriter, r *http.Request) err
 	}{viewToken(&t), secret, f})
 }
 
-// listPlatformTokens: GET /v1/platform-tokens, oldest first, no secrets.
+// listPlatformTokens: GET /v1/platform-tokens?limit=&cursor=, oldest
+// first, no secrets.
 func (s *Server) listPlatformTokens(w http.ResponseWriter, r *http.Request) error {
+	q, err := readQuery(r, "limit", "cursor")
+	if err != nil {
+		return err
+	}
+	p, err := q.page(listPlatformTokens)
+	if err != nil {
+		return err
+	}
 	tokens, err := s.store.PlatformTokens(r.Context())
 	if err != nil {
 		return ledgerError(err, problemf(codeNotFound, "no platform tokens"))
 	}
-	slices.SortFunc(tokens, func(a, b ledger.PlatformToken) int {
-		return cmp.Or(cmp.Compare(a.CreatedAt, b.CreatedAt), cmp.Compare(a.ID, b.ID))
-	})
+	tokens, next, err := pageOf(tokens, p, func(t *ledger.PlatformToken) int64 { return t.CreatedAt },
+		func(t *ledger.PlatformToken) string { return t.ID })
+	if err != nil {
+		return err
+	}
 	views := make([]tokenView, len(tokens))
 	for i := range tokens {
 		views[i] = viewToken(&tokens[i])
 	}
-	return writeJSON(w, http.StatusOK, struct {
-		Tokens []tokenView `json:"platform_tokens"`
-	}{views})
+	return writeJSON(w, http.StatusOK, newList(listPlatformTokens, views, next))
 }
 
 // revokePlatformToken: DELETE /v1/platform-tokens/{id}; repeatable.

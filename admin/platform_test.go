@@ -31,7 +31,7 @@ func TestPlatformTokens(t *testing.T) {
 	if status != http.StatusOK || leaks(list, token, d) || strings.Contains(string(list), `"token"`) {
 		t.Fatalf("list: %d %s", status, list)
 	}
-	tokens := jsonValue(t, list).(map[string]any)["platform_tokens"].([]any)
+	tokens := jsonValue(t, list).(map[string]any)["items"].([]any)
 	if len(tokens) != 1 || tokens[0].(map[string]any)["id"] != id {
 		t.Fatalf("tokens %v", tokens)
 	}

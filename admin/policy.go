@@ -50,6 +50,9 @@ func describePolicy(a *ledger.Account) policyResponse {
 
 // getPolicy: GET /v1/accounts/{id}/policy.
 func (s *Server) getPolicy(w http.ResponseWriter, r *http.Request) error {
+	if _, err := readQuery(r); err != nil {
+		return err
+	}
 	a, err := s.pathAccount(r)
 	if err != nil {
 		return err
@@ -117,6 +120,8 @@ func policyError(err error) error {
 	switch {
 	case errors.Is(err, policy.ErrTooLarge):
 		return problemf(codeTooLarge, "%v", err)
+	case errors.Is(err, policy.ErrDuplicateKey) && errors.As(err, &fe):
+		return codeProblem(codeDuplicateField, fieldName(fe.Field), "is given twice; each field once")
 	case errors.As(err, &fe):
 		return fieldProblem(fe.Field, "%s", fe.Problem)
 	case errors.Is(err, policy.ErrMalformed):

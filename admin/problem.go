@@ -31,6 +31,7 @@ func (e *apiError) Error() string {
 const (
 	codeInvalidJSON      = "invalid-json"
 	codeInvalidField     = "invalid-field"
+	codeDuplicateField   = "duplicate-field"
 	codeInvalidQuery     = "invalid-query"
 	codeTooLarge         = "too-large"
 	codeUnauthorized     = "unauthorized"
@@ -40,37 +41,60 @@ const (
 	codeConflict         = "conflict"
 	codeClosedAccount    = "closed-account"
 	codeOverflow         = "overflow"
+	codeBusy             = "busy"
+	codeUnavailable      = "unavailable"
 	codeInternal         = "internal"
+
+	// What the listener answers for requests net/http refuses before any
+	// handler sees them (listener.go).
+	codeMalformedRequest   = "malformed-request"
+	codeHeadersTooLarge    = "headers-too-large"
+	codeUnsupportedFraming = "unsupported-framing"
+	codeTooManyConnections = "too-many-connections"
 )
 
 var titles = map[string]string{
-	codeInvalidJSON:      "Body is not valid JSON",
-	codeInvalidField:     "A field is invalid",
-	codeInvalidQuery:     "A query parameter is invalid",
-	codeTooLarge:         "Body too large",
-	codeUnauthorized:     "Admin token required",
-	codeUnknownAccount:   "No such account",
-	codeNotFound:         "Not found",
-	codeMethodNotAllowed: "Method not allowed",
-	codeConflict:         "Conflicts with existing state",
-	codeClosedAccount:    "Account is closed",
-	codeOverflow:         "Amount would overflow",
-	codeInternal:         "Internal error",
+	codeInvalidJSON:        "Body is not valid JSON",
+	codeInvalidField:       "A field is invalid",
+	codeDuplicateField:     "A field is given twice",
+	codeInvalidQuery:       "A query parameter is invalid",
+	codeTooLarge:           "Body too large",
+	codeUnauthorized:       "Admin token required",
+	codeUnknownAccount:     "No such account",
+	codeNotFound:           "Not found",
+	codeMethodNotAllowed:   "Method not allowed",
+	codeConflict:           "Conflicts with existing state",
+	codeClosedAccount:      "Account is closed",
+	codeOverflow:           "Amount would overflow",
+	codeBusy:               "Already running",
+	codeUnavailable:        "Unavailable",
+	codeInternal:           "Internal error",
+	codeMalformedRequest:   "Malformed request",
+	codeHeadersTooLarge:    "Request headers too large",
+	codeUnsupportedFraming: "Unsupported request framing",
+	codeTooManyConnections: "Too many connections",
 }
 
 var statuses = map[string]int{
-	codeInvalidJSON:      http.StatusBadRequest,
-	codeInvalidField:     http.StatusUnprocessableEntity,
-	codeInvalidQuery:     http.StatusBadRequest,
-	codeTooLarge:         http.StatusRequestEntityTooLarge,
-	codeUnauthorized:     http.StatusUnauthorized,
-	codeUnknownAccount:   http.StatusNotFound,
-	codeNotFound:         http.StatusNotFound,
-	codeMethodNotAllowed: http.StatusMethodNotAllowed,
-	codeConflict:         http.StatusConflict,
-	codeClosedAccount:    http.StatusConflict,
-	codeOverflow:         http.StatusUnprocessableEntity,
-	codeInternal:         http.StatusInternalServerError,
+	codeInvalidJSON:        http.StatusBadRequest,
+	codeInvalidField:       http.StatusUnprocessableEntity,
+	codeDuplicateField:     http.StatusBadRequest,
+	codeInvalidQuery:       http.StatusBadRequest,
+	codeTooLarge:           http.StatusRequestEntityTooLarge,
+	codeUnauthorized:       http.StatusUnauthorized,
+	codeUnknownAccount:     http.StatusNotFound,
+	codeNotFound:           http.StatusNotFound,
+	codeMethodNotAllowed:   http.StatusMethodNotAllowed,
+	codeConflict:           http.StatusConflict,
+	codeClosedAccount:      http.StatusConflict,
+	codeOverflow:           http.StatusUnprocessableEntity,
+	codeBusy:               http.StatusConflict,
+	codeUnavailable:        http.StatusServiceUnavailable,
+	codeInternal:           http.StatusInternalServerError,
+	codeMalformedRequest:   http.StatusBadRequest,
+	codeHeadersTooLarge:    http.StatusRequestHeaderFieldsTooLarge,
+	codeUnsupportedFraming: http.StatusNotImplemented,
+	codeTooManyConnections: http.StatusServiceUnavailable,
 }
 
 func problemf(code, format string, args ...any) *apiError {
@@ -78,13 +102,19 @@ func problemf(code, format string, args ...any) *apiError {
 }
 
 func fieldProblem(field, format string, args ...any) *apiError {
-	e := problemf(codeInvalidField, format, args...)
+	return codeProblem(codeInvalidField, field, format, args...)
+}
+
+// codeProblem is a problem with code about field (of a body or a query).
+func codeProblem(code, field, format string, args ...any) *apiError {
+	e := problemf(code, format, args...)
 	e.field = field
 	return e
 }
 
 // problem is the wire form (RFC 9457), shaped like the data plane's:
-// type, title, status, code, plus detail and, for invalid-field, field.
+// type, title, status, code, plus detail and, for a problem with one field
+// of a body or query (invalid-field, duplicate-field, invalid-query), field.
 type problem struct {
 	Type   string `json:"type"`
 	Title  string `json:"title"`
@@ -110,8 +140,16 @@ func writeProblem(w http.ResponseWriter, r *http.Request, e *apiError) {
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(e.status)
-	// A problem of strings and an int always encodes.
-	_ = json.NewEncoder(w).Encode(problem{Type: "about:blank", Title: e.title, Status: e.status, Code: e.code, Detail: e.detail, Field: e.field})
+	_, _ = w.Write(e.body())
+}
+
+// body is e's problem+json encoding, with a final newline.
+func (e *apiError) body() []byte {
+	b, err := json.Marshal(problem{Type: "about:blank", Title: e.title, Status: e.status, Code: e.code, Detail: e.detail, Field: e.field})
+	if err != nil {
+		panic("admin: a problem of strings and an int did not encode: " + err.Error())
+	}
+	return append(b, '\n')
 }
 
 // ledgerError maps a store error onto the API's codes. notFound is the

@@ -1,24 +1,32 @@
 // Package admin is tollgated's admin HTTP API: accounts, their status,
-// policies, budgets and deposits, API keys and platform tokens, views of
-// usage, leases and the audit log, plus /metrics and /debug/pprof/. It runs
-// on its own listener (loopback by default), on net/http: it is not the hot
-// path, and clarity beats speed here.
+// policies, budgets and deposits, API keys (named, expiring, rotatable),
+// platform and admin tokens, paged views of accounts, usage, leases and the
+// audit log, plus /healthz, /metrics and /debug/pprof/. Serve runs it on
+// its own bounded listener (loopback by default), on net/http: it is not
+// the hot path, and clarity beats speed here.
 //
-// Every request needs Authorization: Bearer <admin token> (EnsureAdminToken
-// provisions one). Every change is made in the ledger first, then recorded
-// as an audit record (actor "admin", before and after), then handed to the
-// Publisher so the data plane picks it up. The ledger is the truth: when
+// Bodies and queries are checked whole, then field by field (decode.go);
+// every error, the listener's own included, is a problem+json with a
+// stable code (problem.go, listener.go).
+//
+// Every request but GET /healthz needs Authorization: Bearer <admin token>
+// (EnsureAdminToken provisions the first; more are created through the
+// API). Every change is made in the ledger first, then recorded as an audit
+// record (the admin token's id as actor, before and after), then handed to
+// the Publisher so the data plane picks it up. The ledger is the truth: when
 // the audit record or the publication fails afterwards, the change stands
 // and the response says what failed (audit_error, publish_error) alongside
 // the new state. Repeating an idempotent request publishes again.
 package admin
 
 import (
+	"context"
 	"crypto/rand"
 	"errors"
 	"io"
 	"maps"
 	"net/http"
+	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -69,18 +77,22 @@ type Config struct {
 	Now      func() int64   // Unix ns; nil means the wall clock
 	Log      zerolog.Logger // the zero Logger logs nothing
 	Rand     io.Reader      // secrets and ids; nil means crypto/rand
+	// Holdings, when set, tells the account view what this node's leases
+	// hold unspent, so "available" counts it (see fundsView). Optional.
+	Holdings Holdings
 }
 
 // Server serves the admin API.
 type Server struct {
-	store   ledger.Store
-	pub     Publisher
-	reg     *prometheus.Registry
-	now     func() int64
-	log     zerolog.Logger
-	metrics *metrics
-	scrape  http.Handler // promhttp over reg
-	handler http.Handler
+	store    ledger.Store
+	pub      Publisher
+	reg      *prometheus.Registry
+	now      func() int64
+	log      zerolog.Logger
+	metrics  *metrics
+	scrape   http.Handler // promhttp over reg
+	handler  http.Handler
+	holdings Holdings
 
 	// mu serialises changes. The ledger makes each change atomic, but an
 	// audit record's before is read just ahead of the change: holding mu
@@ -104,7 +116,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		store: cfg.Store, hasher: cfg.Hasher, pub: cfg.Publisher, reg: cfg.Registry,
-		now: cfg.Now, log: cfg.Log, rand: cfg.Rand,
+		now: cfg.Now, log: cfg.Log, rand: cfg.Rand, holdings: cfg.Holdings,
 	}
 	if s.reg == nil {
 		s.reg = prometheus.NewRegistry()
@@ -125,8 +137,9 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Handler is the admin API. Serve it with timeouts that suit pprof's
-// profile and trace (their duration is the caller's "seconds" parameter).
+// Handler is the admin API. Serve serves it with the listener's limits;
+// a caller serving it otherwise should give pprof's profile and trace
+// their duration beyond its timeouts.
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // endpoint is one method of one route. It answers itself on success and
@@ -136,42 +149,94 @@ type endpoint func(w http.ResponseWriter, r *http.Request) error
 
 type methods map[string]endpoint
 
+// requestTimeout bounds an admin request's ledger work. A request's work
+// does not stop when its client goes quiet: the client may have half-closed
+// its side after sending (and still reads the answer), and a change that
+// reached the ledger must be audited and published whatever the client
+// does. So handlers run under this, not under the connection's context.
+const requestTimeout = 30 * time.Second
+
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	handle := func(pattern string, m methods) {
-		mux.Handle(pattern, s.instrument(pattern, s.dispatch(m)))
+		mux.Handle(pattern, s.instrument(pattern, s.dispatch(m, true)))
 	}
-	handle("/v1/accounts", methods{http.MethodPost: s.createAccount})
+	handle("/v1/accounts", methods{http.MethodPost: s.createAccount, http.MethodGet: s.listAccounts})
 	handle("/v1/accounts/{id}", methods{http.MethodGet: s.getAccount})
+	handle("/v1/accounts/{id}/children", methods{http.MethodGet: s.children})
 	handle("/v1/accounts/{id}/status", methods{http.MethodPost: s.setStatus})
 	handle("/v1/accounts/{id}/policy", methods{http.MethodGet: s.getPolicy, http.MethodPut: s.putPolicy})
 	handle("/v1/accounts/{id}/budget", methods{http.MethodPut: s.setBudget})
 	handle("/v1/accounts/{id}/deposits", methods{http.MethodPost: s.deposit})
 	handle("/v1/accounts/{id}/keys", methods{http.MethodPost: s.createKey, http.MethodGet: s.listKeys})
 	handle("/v1/accounts/{id}/keys/{key_id}", methods{http.MethodDelete: s.revokeKey})
+	handle("/v1/accounts/{id}/keys/{key_id}/rotate", methods{http.MethodPost: s.rotateKey})
 	handle("/v1/accounts/{id}/usage", methods{http.MethodGet: s.usage})
 	handle("/v1/platform-tokens", methods{http.MethodPost: s.createPlatformToken, http.MethodGet: s.listPlatformTokens})
 	handle("/v1/platform-tokens/{id}", methods{http.MethodDelete: s.revokePlatformToken})
+	handle("/v1/admin-tokens", methods{http.MethodPost: s.createAdminToken, http.MethodGet: s.listAdminTokens})
+	handle("/v1/admin-tokens/{id}", methods{http.MethodDelete: s.revokeAdminToken})
 	handle("/v1/leases", methods{http.MethodGet: s.leases})
 	handle("/v1/audit", methods{http.MethodGet: s.auditLog})
 	handle("/metrics", methods{http.MethodGet: s.serveMetrics})
-	s.mountPprof(handle)
+	// The profiler's handlers keep the connection's context: a profile
+	// whose client left should stop.
+	s.mountPprof(func(pattern string, m methods) {
+		mux.Handle(pattern, s.instrument(pattern, s.dispatch(m, false)))
+	})
+	// Without this exact pattern the mux would redirect /debug/pprof to
+	// /debug/pprof/, before authentication.
+	mux.Handle("/debug/pprof", s.instrument("unmatched", s.dispatch(methods{}, true)))
+	mux.Handle("/healthz", s.instrument("/healthz", http.HandlerFunc(s.health)))
 	// Everything else: 404 as a problem (after authentication, so the
 	// listener does not reveal which paths exist).
-	mux.Handle("/", s.instrument("unmatched", s.dispatch(methods{})))
-	return mux
+	unmatched := s.instrument("unmatched", s.dispatch(methods{}, true))
+	mux.Handle("/", unmatched)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The mux answers a path that is not clean (//x, /a/../b, /./x,
+		// "*") with a redirect to its clean form, before any handler
+		// runs: a client would follow it without its Authorization, and
+		// the redirect itself reveals routes. Such paths are unmatched.
+		if !cleanPath(r.URL.Path) {
+			unmatched.ServeHTTP(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// cleanPath reports whether the mux would route p without redirecting it:
+// absolute and already in path.Clean's form (a trailing slash allowed).
+func cleanPath(p string) bool {
+	if p == "" || p[0] != '/' {
+		return false
+	}
+	c := path.Clean(p)
+	return c == p || (c != "/" && c+"/" == p) // "//" cleans to "/": not clean
 }
 
 // dispatch authenticates, then calls the endpoint for the method, or
-// answers 405 (404 for unmatched paths, which have no methods).
-func (s *Server) dispatch(m methods) http.Handler {
+// answers 405 (404 for unmatched paths, which have no methods). Requests
+// that change something take no query parameters; GET handlers check
+// their own. Authentication, and the endpoint when detach, run under
+// requestTimeout instead of the connection's context.
+func (s *Server) dispatch(m methods, detach bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := s.authorize(r); err != nil {
+		conn := r.Context()
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(conn), requestTimeout)
+		defer cancel()
+		r = r.WithContext(ctx)
+		actor, err := s.authorize(r)
+		if err != nil {
 			s.fail(w, r, err)
 			return
 		}
+		if !detach {
+			ctx = conn
+		}
+		r = r.WithContext(withActor(ctx, adminActorPrefix+actor))
 		if len(m) == 0 {
-			s.fail(w, r, problemf(codeNotFound, "no route for %s", r.URL.Path))
+			s.fail(w, r, problemf(codeNotFound, "no route for %q", r.URL.Path))
 			return
 		}
 		h, ok := m[r.Method]
@@ -180,11 +245,39 @@ func (s *Server) dispatch(m methods) http.Handler {
 			s.fail(w, r, problemf(codeMethodNotAllowed, "%s does not allow %s", r.URL.Path, methodLabel(r.Method)))
 			return
 		}
+		if r.Method != http.MethodGet && r.URL.RawQuery != "" && detach {
+			s.fail(w, r, problemf(codeInvalidQuery, "%s %s takes no query parameters", r.Method, r.URL.Path))
+			return
+		}
 		if err := h(w, r); err != nil {
 			s.fail(w, r, err)
 		}
 	})
 }
+
+// health: GET /healthz, without authentication, for load balancers and
+// orchestrators: 200 {"status":"ok"} while the ledger answers a read, else
+// 503 unavailable. It says nothing else.
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		s.fail(w, r, problemf(codeMethodNotAllowed, "/healthz allows GET and HEAD"))
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), healthTimeout)
+	defer cancel()
+	if _, _, err := s.store.AdminTokenDigest(ctx); err != nil {
+		s.log.Warn().Err(err).Msg("admin: health check: the ledger did not answer")
+		s.fail(w, r, problemf(codeUnavailable, "not healthy"))
+		return
+	}
+	_ = writeJSON(w, http.StatusOK, struct {
+		Status string `json:"status"`
+	}{"ok"})
+}
+
+// healthTimeout bounds the health check's ledger read.
+const healthTimeout = 2 * time.Second
 
 // fail answers err, counting it; internal errors are logged and answered
 // without detail, since they may name files or internals.

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -67,16 +66,25 @@ func newHarnessWith(t *testing.T, withToken bool) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	h.serve(Limits{})
+	return h
+}
+
+// serve serves the harness's Server on a new loopback listener with lim,
+// as the daemon does, and points the harness at it.
+func (h *harness) serve(lim Limits) *http.Server {
+	h.t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		h.t.Fatal(err)
 	}
-	ts := httptest.NewUnstartedServer(h.srv.Handler())
-	ts.Listener = ln
-	ts.Start()
-	t.Cleanup(ts.Close)
-	h.url = ts.URL
-	return h
+	srv, err := h.srv.Serve(ln, lim)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { srv.Close() })
+	h.url = "http://" + ln.Addr().String()
+	return srv
 }
 
 // call sends an authenticated request and returns status, headers and body.
@@ -199,6 +207,20 @@ func (f *faultyStore) AdminTokenDigest(ctx context.Context) ([32]byte, bool, err
 		return [32]byte{}, false, err
 	}
 	return f.Store.AdminTokenDigest(ctx)
+}
+
+func (f *faultyStore) AdminTokens(ctx context.Context) ([]ledger.AdminToken, error) {
+	if err := f.err("AdminTokens"); err != nil {
+		return nil, err
+	}
+	return f.Store.AdminTokens(ctx)
+}
+
+func (f *faultyStore) ListLeases(ctx context.Context, active bool, p ledger.Page) ([]ledger.Lease, string, error) {
+	if err := f.err("Leases"); err != nil {
+		return nil, "", err
+	}
+	return f.Store.ListLeases(ctx, active, p)
 }
 
 func (f *faultyStore) Leases(ctx context.Context, active bool) ([]ledger.Lease, error) {

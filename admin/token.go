@@ -10,8 +10,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 
+	"github.com/tollgated/tollgated/credential"
 	"github.com/tollgated/tollgated/ledger"
 )
 
@@ -134,33 +134,29 @@ func newSecret(rand io.Reader, prefix string) (string, error) {
 	return prefix + base64.RawURLEncoding.EncodeToString(b[:]), nil
 }
 
-// authorize checks the request's bearer token against the stored admin
-// digest. The stored digest is read on every request (admin traffic is
-// light), so a token set by EnsureAdminToken after New takes effect at once.
-// Digests are compared in constant time; the token's length is not secret.
-func (s *Server) authorize(r *http.Request) error {
-	token, ok := bearerToken(r.Header.Get("Authorization"))
-	if !ok {
-		return problemf(codeUnauthorized, "send Authorization: Bearer <admin token>")
+// authorize finds the live admin token the request's bearer token is, and
+// returns its id. Tokens are read from the ledger on every request (admin
+// traffic is light, and they are few), so a token created, revoked or set
+// by EnsureAdminToken takes effect at once. Every live token's digest is
+// compared, in constant time each; how many there are is not secret.
+func (s *Server) authorize(r *http.Request) (string, error) {
+	raw, ok := credential.BearerToken([]byte(r.Header.Get("Authorization")))
+	if !ok || len(raw) > MaxAdminTokenLen {
+		return "", problemf(codeUnauthorized, "send Authorization: Bearer <admin token>")
 	}
-	have, ok, err := s.store.AdminTokenDigest(r.Context())
+	tokens, err := s.store.AdminTokens(r.Context())
 	if err != nil {
-		return fmt.Errorf("admin: reading the admin token digest: %w", err)
+		return "", fmt.Errorf("admin: reading the admin tokens: %w", err)
 	}
-	got := sha256.Sum256([]byte(token))
-	if !ok || subtle.ConstantTimeCompare(have[:], got[:]) != 1 {
-		return problemf(codeUnauthorized, "the admin token is not valid")
+	got := sha256.Sum256(raw)
+	match := ""
+	for _, t := range tokens {
+		if subtle.ConstantTimeCompare(t.Digest[:], got[:]) == 1 && !t.Revoked {
+			match = t.ID
+		}
 	}
-	return nil
-}
-
-// bearerToken extracts the token of an RFC 6750 Authorization header; the
-// scheme is case-insensitive.
-func bearerToken(h string) (string, bool) {
-	const scheme = "bearer "
-	if len(h) <= len(scheme) || !strings.EqualFold(h[:len(scheme)], scheme) || len(h) > len(scheme)+MaxAdminTokenLen {
-		return "", false
+	if match == "" {
+		return "", problemf(codeUnauthorized, "the admin token is not valid")
 	}
-	t := strings.TrimSpace(h[len(scheme):])
-	return t, t != ""
+	return match, nil
 }

@@ -139,19 +139,22 @@ func TestAuthenticationWithoutStoredToken(t *testing.T) {
 
 func TestAuthenticationStoreFailure(t *testing.T) {
 	h := newHarness(t)
-	h.store.failWith("AdminTokenDigest", errors.New("io error"))
+	h.store.failWith("AdminTokens", errors.New("io error"))
 	h.fails(http.StatusInternalServerError, codeInternal, "GET", "/v1/leases", "")
 }
 
-func TestBearerToken(t *testing.T) {
-	for h, want := range map[string]string{"Bearer abc": "abc", "bearer  abc ": "abc", "BEARER x": "x"} {
-		if got, ok := bearerToken(h); !ok || got != want {
-			t.Errorf("%q: %q %v", h, got, ok)
+// TestBearerRule: the admin listener follows credential.BearerToken, the
+// data plane's rule: the scheme in any case, spaces around the token, and
+// a token of visible ASCII only.
+func TestBearerRule(t *testing.T) {
+	h := newHarness(t)
+	for _, auth := range []string{"Bearer " + h.token, "bearer " + h.token, "BEARER  " + h.token + " \t"} {
+		if st, _, b := h.callAs(auth, "GET", "/v1/leases", ""); st != http.StatusOK {
+			t.Errorf("%q: %d %s", auth, st, b)
 		}
 	}
-	for _, h := range []string{"", "Bearer", "Bearer    ", "Token abc", "Bearerabc", "Bearer " + strings.Repeat("x", MaxAdminTokenLen+1)} {
-		if _, ok := bearerToken(h); ok {
-			t.Errorf("%q accepted", h)
-		}
+	for _, auth := range []string{"Bearer\t" + h.token, "Bearer " + h.token + " extra", "Bearer " + strings.Repeat("x", MaxAdminTokenLen+1)} {
+		st, hdr, b := h.callAs(auth, "GET", "/v1/leases", "")
+		h.checkProblem(st, hdr, b, http.StatusUnauthorized, codeUnauthorized, "auth "+auth)
 	}
 }

@@ -10,25 +10,6 @@ import (
 	"github.com/tollgated/tollgated/ledger"
 )
 
-// Listing bounds: the views are for people and scripts, not exports.
-const (
-	DefaultListLimit = 100
-	MaxListLimit     = 1000
-)
-
-// queryLimit reads ?limit=, 1..MaxListLimit, default DefaultListLimit.
-func queryLimit(r *http.Request) (int, error) {
-	v := r.URL.Query().Get("limit")
-	if v == "" {
-		return DefaultListLimit, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 || n > MaxListLimit {
-		return 0, problemf(codeInvalidQuery, "limit must be an integer from 1 to %d, not %q", MaxListLimit, v)
-	}
-	return n, nil
-}
-
 type usageView struct {
 	ID         string         `json:"id"`
 	Account    core.AccountID `json:"account"`
@@ -43,23 +24,24 @@ var usageSources = map[ledger.UsageSource]string{
 	ledger.UsageLease: "lease", ledger.UsageOverage: "overage", ledger.UsagePostPaid: "post_paid",
 }
 
-// usage: GET /v1/accounts/{id}/usage?limit=N — the account's most recent
+// usage: GET /v1/accounts/{id}/usage?limit=&cursor= — the account's
 // billed usage events, newest first, as far back as the ledger keeps them.
 func (s *Server) usage(w http.ResponseWriter, r *http.Request) error {
 	id, err := accountID(r)
 	if err != nil {
 		return err
 	}
-	limit, err := queryLimit(r)
+	q, err := readQuery(r, "limit", "cursor")
 	if err != nil {
 		return err
 	}
-	if _, err := s.loadAccount(r, id); err != nil {
+	p, err := q.page(listUsage)
+	if err != nil {
 		return err
 	}
-	events, err := s.store.UsageOf(r.Context(), id, limit)
+	events, next, err := s.store.ListUsage(r.Context(), id, ledger.Page{After: p.after, Limit: p.limit})
 	if err != nil {
-		return ledgerError(err, unknownAccount(id))
+		return ledgerError(pageError(err), unknownAccount(id))
 	}
 	views := make([]usageView, len(events))
 	for i, e := range events {
@@ -68,10 +50,7 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request) error {
 			LeaseID: e.LeaseID, Token: e.Token, Units: e.Units, OccurredAt: timestamp(e.OccurredAt),
 		}
 	}
-	return writeJSON(w, http.StatusOK, struct {
-		Account core.AccountID `json:"account"`
-		Usage   []usageView    `json:"usage"`
-	}{id, views})
+	return writeJSON(w, http.StatusOK, newList(listUsage, views, next))
 }
 
 type leaseView struct {
@@ -90,19 +69,24 @@ var leaseStates = map[ledger.LeaseState]string{
 	ledger.LeaseActive: "active", ledger.LeaseReleased: "released", ledger.LeaseReclaimed: "reclaimed",
 }
 
-// leases: GET /v1/leases?active=true — every lease, or only active ones.
+// leases: GET /v1/leases?active=&limit=&cursor= — every lease, or only
+// active ones, in id order.
 func (s *Server) leases(w http.ResponseWriter, r *http.Request) error {
-	active := false
-	if v := r.URL.Query().Get("active"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return problemf(codeInvalidQuery, "active must be true or false, not %q", v)
-		}
-		active = b
-	}
-	ls, err := s.store.Leases(r.Context(), active)
+	q, err := readQuery(r, "active", "limit", "cursor")
 	if err != nil {
-		return ledgerError(err, problemf(codeNotFound, "no leases"))
+		return err
+	}
+	active, err := q.boolean("active")
+	if err != nil {
+		return err
+	}
+	p, err := q.page(listLeases)
+	if err != nil {
+		return err
+	}
+	ls, next, err := s.store.ListLeases(r.Context(), active, ledger.Page{After: p.after, Limit: p.limit})
+	if err != nil {
+		return ledgerError(pageError(err), problemf(codeNotFound, "no leases"))
 	}
 	views := make([]leaseView, len(ls))
 	for i, l := range ls {
@@ -111,9 +95,7 @@ func (s *Server) leases(w http.ResponseWriter, r *http.Request) error {
 			State: leaseStates[l.State], GrantedAt: timestamp(l.GrantedAt), ExpiresAt: timestamp(l.ExpiresAt),
 		}
 	}
-	return writeJSON(w, http.StatusOK, struct {
-		Leases []leaseView `json:"leases"`
-	}{views})
+	return writeJSON(w, http.StatusOK, newList(listLeases, views, next))
 }
 
 type auditView struct {
@@ -126,23 +108,25 @@ type auditView struct {
 	After  json.RawMessage `json:"after"`
 }
 
-// auditLog: GET /v1/audit?after=SEQ&limit=N — records with Seq > after,
-// oldest first. next_after is the cursor for the following page (the last
-// Seq returned, or after itself when the page is empty).
+// auditLog: GET /v1/audit?limit=&cursor= — records oldest first. The log
+// only grows, so next_cursor is never null: it is where to look for the
+// next records, and an empty page with it means there are none yet.
 func (s *Server) auditLog(w http.ResponseWriter, r *http.Request) error {
-	var after uint64
-	if v := r.URL.Query().Get("after"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			return problemf(codeInvalidQuery, "after must be a non-negative integer, not %q", v)
-		}
-		after = n
-	}
-	limit, err := queryLimit(r)
+	q, err := readQuery(r, "limit", "cursor")
 	if err != nil {
 		return err
 	}
-	recs, err := s.store.AuditLog(r.Context(), after, limit)
+	p, err := q.page(listAudit)
+	if err != nil {
+		return err
+	}
+	var after uint64
+	if p.after != "" {
+		if after, err = strconv.ParseUint(p.after, 10, 64); err != nil {
+			return codeProblem(codeInvalidQuery, "cursor", "is not a cursor of this listing")
+		}
+	}
+	recs, err := s.store.AuditLog(r.Context(), after, p.limit)
 	if err != nil {
 		return ledgerError(err, problemf(codeNotFound, "no audit records"))
 	}
@@ -155,8 +139,5 @@ func (s *Server) auditLog(w http.ResponseWriter, r *http.Request) error {
 		}
 		next = max(next, rec.Seq)
 	}
-	return writeJSON(w, http.StatusOK, struct {
-		Records   []auditView `json:"records"`
-		NextAfter uint64      `json:"next_after"`
-	}{views, next})
+	return writeJSON(w, http.StatusOK, newList(listAudit, views, strconv.FormatUint(next, 10)))
 }

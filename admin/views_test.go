@@ -23,8 +23,8 @@ func TestUsageView(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := h.ok(http.StatusOK, "GET", "/v1/accounts/acme/usage", "")
-	usage := v["usage"].([]any)
-	if v["account"] != "acme" || len(usage) != 2 {
+	usage := v["items"].([]any)
+	if v["next_cursor"] != nil || len(usage) != 2 {
 		t.Fatalf("usage %v", v)
 	}
 	// Newest first.
@@ -33,8 +33,13 @@ func TestUsageView(t *testing.T) {
 		first["occurred_at"] != "2026-06-27T08:00:01Z" || first["account"] != "acme" {
 		t.Fatalf("event %v", first)
 	}
-	if got := h.ok(http.StatusOK, "GET", "/v1/accounts/acme/usage?limit=1", "")["usage"].([]any); len(got) != 1 {
-		t.Fatalf("limit=1 returned %d", len(got))
+	page := h.ok(http.StatusOK, "GET", "/v1/accounts/acme/usage?limit=1", "")
+	if got := page["items"].([]any); len(got) != 1 || got[0].(map[string]any)["units"] != 3.0 {
+		t.Fatalf("limit=1 returned %v", got)
+	}
+	rest := h.ok(http.StatusOK, "GET", "/v1/accounts/acme/usage?limit=1&cursor="+page["next_cursor"].(string), "")
+	if got := rest["items"].([]any); len(got) != 1 || got[0].(map[string]any)["units"] != 7.0 || rest["next_cursor"] != nil {
+		t.Fatalf("second page %v", rest)
 	}
 	for _, bad := range []string{"0", "-1", "x", strconv.Itoa(MaxListLimit + 1)} {
 		h.fails(http.StatusBadRequest, codeInvalidQuery, "GET", "/v1/accounts/acme/usage?limit="+bad, "")
@@ -58,11 +63,11 @@ func TestLeasesView(t *testing.T) {
 	if err := h.store.Release(ctx, l1.ID, l1.Token, 100, startNs+1); err != nil {
 		t.Fatal(err)
 	}
-	all := h.ok(http.StatusOK, "GET", "/v1/leases", "")["leases"].([]any)
+	all := h.ok(http.StatusOK, "GET", "/v1/leases", "")["items"].([]any)
 	if len(all) != 2 {
 		t.Fatalf("all leases %v", all)
 	}
-	active := h.ok(http.StatusOK, "GET", "/v1/leases?active=true", "")["leases"].([]any)
+	active := h.ok(http.StatusOK, "GET", "/v1/leases?active=true", "")["items"].([]any)
 	if len(active) != 1 {
 		t.Fatalf("active leases %v", active)
 	}
@@ -71,7 +76,7 @@ func TestLeasesView(t *testing.T) {
 		l["granted_at"] != "2026-06-27T08:00:00Z" || l["expires_at"] != "2026-06-27T08:01:00Z" {
 		t.Fatalf("lease %v", l)
 	}
-	if got := h.ok(http.StatusOK, "GET", "/v1/leases?active=false", "")["leases"].([]any); len(got) != 2 {
+	if got := h.ok(http.StatusOK, "GET", "/v1/leases?active=false", "")["items"].([]any); len(got) != 2 {
 		t.Fatalf("active=false %v", got)
 	}
 	h.fails(http.StatusBadRequest, codeInvalidQuery, "GET", "/v1/leases?active=maybe", "")
@@ -79,28 +84,40 @@ func TestLeasesView(t *testing.T) {
 
 func TestAuditView(t *testing.T) {
 	h := newHarness(t)
+	empty := h.ok(http.StatusOK, "GET", "/v1/audit", "")
+	if len(empty["items"].([]any)) != 0 || empty["next_cursor"] == nil {
+		t.Fatalf("empty log %v", empty)
+	}
 	for _, id := range []string{"a", "b", "c"} {
 		h.createAccount(`{"id":"` + id + `"}`)
 		h.now.Add(1e9)
 	}
-	v := h.ok(http.StatusOK, "GET", "/v1/audit", "")
-	recs := v["records"].([]any)
-	if len(recs) != 3 || v["next_after"] != 3.0 {
+	// Polling from the empty log's cursor finds what was added since.
+	v := h.ok(http.StatusOK, "GET", "/v1/audit?cursor="+empty["next_cursor"].(string), "")
+	recs := v["items"].([]any)
+	if len(recs) != 3 {
 		t.Fatalf("audit %v", v)
 	}
 	first := recs[0].(map[string]any)
-	if first["seq"] != 1.0 || first["actor"] != "admin" || first["action"] != "account.create" || first["target"] != "a" ||
+	if first["seq"] != 1.0 || first["actor"] != "admin/bootstrap" || first["action"] != "account.create" || first["target"] != "a" ||
 		first["before"] != nil || first["after"].(map[string]any)["id"] != "a" || first["at"] != "2026-06-27T08:00:00Z" {
 		t.Fatalf("record %v", first)
 	}
-	page := h.ok(http.StatusOK, "GET", "/v1/audit?after=1&limit=1", "")
-	if recs := page["records"].([]any); len(recs) != 1 || recs[0].(map[string]any)["target"] != "b" || page["next_after"] != 2.0 {
+	page := h.ok(http.StatusOK, "GET", "/v1/audit?limit=1", "")
+	if recs := page["items"].([]any); len(recs) != 1 || recs[0].(map[string]any)["target"] != "a" {
 		t.Fatalf("page %v", page)
 	}
-	empty := h.ok(http.StatusOK, "GET", "/v1/audit?after=3", "")
-	if len(empty["records"].([]any)) != 0 || empty["next_after"] != 3.0 {
-		t.Fatalf("empty page %v", empty)
+	page = h.ok(http.StatusOK, "GET", "/v1/audit?limit=1&cursor="+page["next_cursor"].(string), "")
+	if recs := page["items"].([]any); len(recs) != 1 || recs[0].(map[string]any)["target"] != "b" {
+		t.Fatalf("second page %v", page)
 	}
-	h.fails(http.StatusBadRequest, codeInvalidQuery, "GET", "/v1/audit?after=-1", "")
+	last := h.ok(http.StatusOK, "GET", "/v1/audit?cursor="+v["next_cursor"].(string), "")
+	if len(last["items"].([]any)) != 0 || last["next_cursor"] != v["next_cursor"] {
+		t.Fatalf("past the end %v", last)
+	}
+	h.fails(http.StatusBadRequest, codeInvalidQuery, "GET", "/v1/audit?cursor=-1", "")
 	h.fails(http.StatusBadRequest, codeInvalidQuery, "GET", "/v1/audit?limit=0", "")
+	h.fails(http.StatusBadRequest, codeInvalidQuery, "GET", "/v1/audit?after=1", "")
+	// A cursor of another listing is refused, not misread.
+	h.fails(http.StatusBadRequest, codeInvalidQuery, "GET", "/v1/leases?cursor="+v["next_cursor"].(string), "")
 }

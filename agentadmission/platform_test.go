@@ -23,6 +23,10 @@ func TestParseAnswer(t *testing.T) {
 		{"deny fractional reset", `{"decision":"deny","reason":"r","scope":"agent","window":"w","reset_at":"2026-06-28T14:00:00.5Z"}`,
 			Decision{Denied: true, Reason: "r", Scope: "agent", Window: "w", ResetAt: reset.Add(500 * time.Millisecond)}},
 		{"unknown fields ignored", `{"decision":"admit","extra":[1,2]}`, Decision{}},
+		// tollgated's answer for an agent it does not know: a deny, so an
+		// unprovisioned agent stops instead of failing open.
+		{"unknown agent", `{"decision":"deny","reason":"unknown_agent","scope":"agent","window":"none","reset_at":null}`,
+			Decision{Denied: true, Reason: "unknown_agent", Scope: "agent", Window: "none"}},
 	}
 	for _, tc := range good {
 		t.Run(tc.name, func(t *testing.T) {

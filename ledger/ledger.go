@@ -195,9 +195,59 @@ const (
 type Key struct {
 	ID        string
 	Account   core.AccountID
+	Name      string // the operator's label; not unique, may be empty
+	Digest    [32]byte
+	CreatedAt int64
+	// ExpiresAt, when not 0, is when the key stops working: ExpireKeys
+	// revokes it at the first call at or after it.
+	ExpiresAt int64
+	// LastUsed is the latest time MarkKeysUsed reported for the key, 0 if
+	// none: coarse by design (the data plane reports in batches).
+	LastUsed int64
+	Revoked  bool
+}
+
+// KeyUse reports that key ID was used at At (see MarkKeysUsed).
+type KeyUse struct {
+	ID string
+	At int64
+}
+
+// AdminToken is a credential of the admin API. Like keys, only the
+// token's digest is stored (SHA-256: admin tokens are checked on the admin
+// listener only, without the server secret).
+type AdminToken struct {
+	ID        string
+	Name      string
 	Digest    [32]byte
 	CreatedAt int64
 	Revoked   bool
+}
+
+// BootstrapAdminTokenID is the id of the admin token SetAdminTokenDigest
+// stores: the one the daemon is first started with (from its environment,
+// or generated). It lists and revokes like any other admin token.
+const BootstrapAdminTokenID = "bootstrap"
+
+// Page asks for one page of a listing: at most Limit (≥ 1) items after the
+// cursor After, which is "" for the first page and otherwise the next
+// cursor the previous page of the same listing returned. Cursors belong to
+// the backend (callers pass them back verbatim) and stay valid across
+// restarts. A page may hold fewer than Limit items and still have a next
+// cursor (a backend bounds the work one page does); the listing ends only
+// when the next cursor is "".
+type Page struct {
+	After string
+	Limit int
+}
+
+// AccountFilter narrows ListAccounts; its zero value lists every account.
+type AccountFilter struct {
+	Parent core.AccountID // only this account's children; "" for any
+	// ByStatus lists only accounts in Status (core.StatusActive is 0, so
+	// the zero Status cannot mean "any").
+	ByStatus bool
+	Status   core.Status
 }
 
 // PlatformToken authorizes seed-000 callers (agent runtimes).
@@ -229,6 +279,9 @@ type Store interface {
 	// Children lists the accounts whose parent is id, in id order; an
 	// unknown id is ErrNotFound.
 	Children(ctx context.Context, id core.AccountID) ([]core.AccountID, error)
+	// ListAccounts pages through the accounts f selects, in id order. A
+	// Parent that does not exist is ErrNotFound.
+	ListAccounts(ctx context.Context, f AccountFilter, p Page) (accts []Account, next string, err error)
 	SetStatus(ctx context.Context, id core.AccountID, s core.Status) (Account, error)
 	SetPolicy(ctx context.Context, id core.AccountID, policy []byte) (Account, error)
 	// SetBudget sets the schedule. The same budget again is a no-op;
@@ -260,6 +313,9 @@ type Store interface {
 	// current one, exactly once per boundary.
 	Rollover(ctx context.Context, now int64, limit int) (int, error)
 	Leases(ctx context.Context, active bool) ([]Lease, error)
+	// ListLeases pages through every lease (or only the active ones) in id
+	// order.
+	ListLeases(ctx context.Context, active bool, p Page) (leases []Lease, next string, err error)
 
 	// Ingest records a batch: results[i] answers events[i]. An error means
 	// nothing in the batch was recorded.
@@ -271,19 +327,42 @@ type Store interface {
 	// Duplicate.
 	ForgetEvents(ctx context.Context, before int64, limit int) (int, error)
 	UsageOf(ctx context.Context, id core.AccountID, limit int) ([]Usage, error)
+	// ListUsage pages through what UsageOf returns: id's recent accepted
+	// usage, newest first. An unknown id is ErrNotFound.
+	ListUsage(ctx context.Context, id core.AccountID, p Page) (events []Usage, next string, err error)
 	// Evidence reports id's funding as admission would see it.
 	Evidence(ctx context.Context, id core.AccountID) (Evidence, error)
 
 	AddKey(ctx context.Context, k Key) error
 	RevokeKey(ctx context.Context, account core.AccountID, keyID string) (Key, error)
 	Keys(ctx context.Context, account core.AccountID) ([]Key, error) // "" for every account
+	// RotateKey adds next (a new key of the same account) and makes the
+	// live key oldID of account expire at oldExpiresAt, or at its own
+	// earlier expiry, in one transaction. It returns the old key as stored.
+	// oldID of another account, or unknown, is ErrNotFound; a revoked
+	// oldID is ErrConflict.
+	RotateKey(ctx context.Context, account core.AccountID, oldID string, next Key, oldExpiresAt int64) (old Key, err error)
+	// ExpireKeys revokes up to limit live keys whose ExpiresAt is not 0
+	// and at most now, earliest expiry first, and returns them revoked.
+	ExpireKeys(ctx context.Context, now int64, limit int) ([]Key, error)
+	// MarkKeysUsed raises each named key's LastUsed to its At (never
+	// lowers it), in one transaction. Unknown ids are skipped: a report
+	// may arrive for a key the reporter saw before a restart.
+	MarkKeysUsed(ctx context.Context, uses []KeyUse) error
 	AddPlatformToken(ctx context.Context, t PlatformToken) error
 	RevokePlatformToken(ctx context.Context, id string) (PlatformToken, error)
 	PlatformTokens(ctx context.Context) ([]PlatformToken, error)
-	// AdminTokenDigest returns the stored admin token digest; ok=false if
-	// none has been set. SetAdminTokenDigest stores it only if none is.
+	// AdminTokenDigest returns the bootstrap admin token's digest (revoked
+	// or not); ok=false if none has been set. SetAdminTokenDigest stores it,
+	// as the admin token BootstrapAdminTokenID, only if none is.
 	AdminTokenDigest(ctx context.Context) (d [32]byte, ok bool, err error)
 	SetAdminTokenDigest(ctx context.Context, d [32]byte) (stored bool, err error)
+	// AddAdminToken, RevokeAdminToken and AdminTokens manage the admin
+	// API's tokens with AddKey's idempotency and RevokeKey's; AdminTokens
+	// lists them in id order, the bootstrap token included.
+	AddAdminToken(ctx context.Context, t AdminToken) error
+	RevokeAdminToken(ctx context.Context, id string) (AdminToken, error)
+	AdminTokens(ctx context.Context) ([]AdminToken, error)
 	// SecretFingerprint returns the stored fingerprint of the server
 	// secret keys are digested under (a keyed hash of it, never the secret
 	// itself); ok=false if none has been set. SetSecretFingerprint stores

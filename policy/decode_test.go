@@ -65,3 +65,70 @@ func TestDecodeErrorsNameTheField(t *testing.T) {
 		t.Fatal("FieldError without a field")
 	}
 }
+
+// TestDuplicatesAreFoundPastDeepValuesAndCaseVariants: the walk used to
+// stop at its depth bound, so a key repeated after a deeply nested value
+// was never compared; and keys differing only in case are one field to
+// encoding/json, which keeps the last. Both are duplicates.
+func TestDuplicatesAreFoundPastDeepValuesAndCaseVariants(t *testing.T) {
+	deep := strings.Repeat("[", maxWalkDepth+3) + strings.Repeat("]", maxWalkDepth+3)
+	for doc, field := range map[string]string{
+		`{"x":` + deep + `,"mode":"strict","mode":"elastic"}`:                    "mode",
+		`{"mode":"strict","MODE":"elastic"}`:                                     "MODE",
+		`{"limits":{"max_items":1,"Max_Items":2}}`:                               "limits.Max_Items",
+		`{"limits":{"max_items":1},"limitS":{"max_items":2}}`:                    "limitS",
+		`{"operations":{"a":{"weight":1,"weight":2}},"operations":{}}`:           "operations.a.weight",
+		`{"operations":{"a":{"weight":1}},"permissions":[],"permissions":["x"]}`: "permissions",
+	} {
+		err := checkDuplicateKeys([]byte(doc))
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Field != field || !errors.Is(err, ErrDuplicateKey) || !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: %v, want a duplicate %s", doc, err, field)
+		}
+		if _, err := Parse([]byte(doc)); !errors.Is(err, ErrDuplicateKey) {
+			t.Errorf("Parse(%s): %v", doc, err)
+		}
+	}
+}
+
+// TestNullIsRefusedNotDefaulted: encoding/json leaves a field alone for
+// null, so "mode":null would silently mean strict and "fixed_cost":null 0.
+func TestNullIsRefusedNotDefaulted(t *testing.T) {
+	for doc, field := range map[string]string{
+		`{"mode":null,"operations":{"a":{"weight":1}},"limits":{"max_items":1}}`:          "mode",
+		`{"operations":{"a":{"weight":1,"permission":null}},"limits":{"max_items":1}}`:    "operations.a.permission",
+		`{"operations":{"a":{"weight":1}},"limits":{"max_items":1},"permissions":[null]}`: "permissions[0]",
+	} {
+		_, err := Parse([]byte(doc))
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Field != field || !strings.Contains(fe.Problem, "null") || errors.Is(err, ErrDuplicateKey) {
+			t.Errorf("%s: %v, want null refused at %s", doc, err, field)
+		}
+	}
+}
+
+// TestNullWhereTheDocumentTakesOne: an optional part (a pointer in the
+// document) takes null as its absence — the canonical form of routes
+// without a default says "default":null, and must parse again.
+func TestNullWhereTheDocumentTakesOne(t *testing.T) {
+	doc := `{"operations":{"requests":{"weight":1}},"limits":{"max_items":10},"routes":{"rules":[{"method":"GET","path":"/v1/x","op":"requests","count":1}]}}`
+	d, err := Parse([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	canonical := Canonical(d)
+	if !strings.Contains(string(canonical), `"default":null`) {
+		t.Fatalf("canonical %s", canonical)
+	}
+	if _, err := Parse(canonical); err != nil {
+		t.Fatalf("the canonical form does not parse: %v", err)
+	}
+	if _, err := Parse([]byte(`{"operations":{"requests":{"weight":1}},"limits":{"max_items":10},"routes":null}`)); err != nil {
+		t.Fatalf("routes null: %v", err)
+	}
+	_, err = Parse([]byte(`{"operations":{"requests":{"weight":1}},"limits":{"max_items":10},"routes":{"rules":null}}`))
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Field != "routes.rules" {
+		t.Fatalf("rules null: %v", err)
+	}
+}

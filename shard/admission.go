@@ -1,7 +1,6 @@
 package shard
 
 import (
-	"bytes"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -27,39 +26,66 @@ var (
 	admitAnswer    = []byte(`{"decision":"admit","reason":null,"scope":null,"window":null,"reset_at":null}`)
 )
 
-// Seed-000 deny reasons.
+// AdmissionReason is what a 200 answer of GET /v1/admission decided: an
+// admit, or a deny's reason. Each is counted (PlatformStats.Decisions).
+type AdmissionReason uint8
+
 const (
-	reasonCostLimit       = "cost_limit_exceeded"
-	reasonSuspended       = "account_suspended"
-	reasonClosed          = "account_closed"
-	reasonTenancyMismatch = "tenancy_mismatch"
-	windowNone            = "none" // a scope with no budget period
+	AdmissionAdmit AdmissionReason = iota
+	AdmissionCostLimit
+	AdmissionSuspended
+	AdmissionClosed
+	AdmissionTenancyMismatch
+	AdmissionUnknownAgent
+	NumAdmissionReasons
 )
 
+// admissionReasons are the seed-000 reason strings; an admit has none.
+var admissionReasons = [NumAdmissionReasons]string{
+	AdmissionAdmit:           "",
+	AdmissionCostLimit:       "cost_limit_exceeded",
+	AdmissionSuspended:       "account_suspended",
+	AdmissionClosed:          "account_closed",
+	AdmissionTenancyMismatch: "tenancy_mismatch",
+	AdmissionUnknownAgent:    "unknown_agent",
+}
+
+// String is the reason as the answer spells it ("" for an admit).
+func (r AdmissionReason) String() string { return admissionReasons[r] }
+
+const windowNone = "none" // a scope with no budget period
+
+const detailAgentID = "agent_id must be given once: 1 to 64 bytes of UTF-8 without control characters"
+
+// serveAdmission answers whether an agent may start new work. Any
+// provisioned account is an agent_id: a deployment of one level (an org
+// only, like the quickstart's) asks about its org. The answer walks the
+// account's chain: its own standing, then its ancestors' (nearest first),
+// then the tenancy headers, then the funding evidence of the tightest
+// scope; a deny names the scope that caused it. An id that names no
+// provisioned account is denied (unknown_agent): an error status would
+// make the agent fail open, run unbounded and report usage nobody bills.
 func (s *Shard) serveAdmission(r *Request) {
-	if !s.platformCall(r, r.Req.Header.IsGet(), "Use GET") {
+	if !s.platformCall(r, routeAdmission, r.Req.Header.IsGet(), "Use GET") {
 		return
 	}
-	agent := r.Req.URI().QueryArgs().Peek("agent_id")
-	if len(agent) == 0 {
-		s.writeProblem(r.Resp, fasthttp.StatusBadRequest, "invalid-query", "agent_id is required")
+	agent, p := s.decodeAdmissionQuery(r.Req)
+	if p.refused() {
+		s.platformStats.BadRequests[routeAdmission]++
+		s.writeFieldProblem(r.Resp, p)
 		return
 	}
 	snap, cell, ok := s.engine.Standing(agent)
 	if !ok {
-		s.writeProblem(r.Resp, fasthttp.StatusNotFound, "unknown-agent", "No such agent")
+		s.writeAdmissionDeny(r.Resp, AdmissionUnknownAgent, core.ScopeAgent, windowNone, 0)
 		return
 	}
-	switch snap.Status {
-	case core.StatusSuspended:
-		s.writeAdmissionDeny(r.Resp, reasonSuspended, snap.StandingScope(), windowNone, 0)
-		return
-	case core.StatusClosed:
-		s.writeAdmissionDeny(r.Resp, reasonClosed, snap.StandingScope(), windowNone, 0)
+	if reason, scope, ok := s.standingDeny(snap); ok {
+		s.writeAdmissionDeny(r.Resp, reason, scope, windowNone, 0)
 		return
 	}
 	if scope, ok := tenancyMismatch(snap, r.Req); ok {
-		s.writeAdmissionDeny(r.Resp, reasonTenancyMismatch, scope, windowNone, 0)
+		s.writeAdmissionDeny(r.Resp, AdmissionTenancyMismatch, scope, windowNone, 0)
 		return
 	}
 	if cell != nil && cell.Present() {
@@ -69,11 +95,59 @@ func (s *Shard) serveAdmission(r *Request) {
 			if window == "" {
 				window = windowNone
 			}
-			s.writeAdmissionDeny(r.Resp, reasonCostLimit, ev.Scope, window, ev.PeriodEnd)
+			s.writeAdmissionDeny(r.Resp, AdmissionCostLimit, ev.Scope, window, ev.PeriodEnd)
 			return
 		}
 	}
+	s.platformStats.Decisions[AdmissionAdmit]++
 	s.writeJSON(r.Resp, fasthttp.StatusOK, append(s.out[:0], admitAnswer...))
+}
+
+// decodeAdmissionQuery returns the agent_id the query names exactly once.
+// Other parameters are ignored: a cache or proxy in front may add its own.
+func (s *Shard) decodeAdmissionQuery(req *fasthttp.Request) (agent []byte, p fieldProblem) {
+	defer s.recoverDecode(&p)
+	s.faultIn()
+	s.atTop()
+	n := 0
+	req.URI().QueryArgs().VisitAll(func(k, v []byte) {
+		if string(k) == "agent_id" {
+			if n == 0 {
+				agent = v
+			}
+			n++
+		}
+	})
+	switch {
+	case n > 1:
+		s.refuseField("agent_id")
+		return nil, fieldProblem{problemDuplicateField, detailAgentID}
+	case !plainText(agent, core.MaxAccountIDLen):
+		s.refuseField("agent_id")
+		return nil, fieldProblem{problemInvalidQuery, detailAgentID}
+	}
+	return agent, p
+}
+
+// standingDeny denies an agent whose standing is not active. The snapshot
+// carries its chain's standing (the provisioner folds every ancestor's
+// status in, naming the scope it comes from), so a suspended workspace or
+// org denies every agent below it without a lookup here.
+func (s *Shard) standingDeny(snap *core.Snapshot) (AdmissionReason, core.Scope, bool) {
+	if reason, ok := statusDeny(snap.Status); ok {
+		return reason, snap.StandingScope(), true
+	}
+	return 0, 0, false
+}
+
+func statusDeny(st core.Status) (AdmissionReason, bool) {
+	switch st {
+	case core.StatusSuspended:
+		return AdmissionSuspended, true
+	case core.StatusClosed:
+		return AdmissionClosed, true
+	}
+	return 0, false
 }
 
 // tenancyMismatch checks the caller's Org-Id and Workspace-Id, when sent,
@@ -103,9 +177,10 @@ func hasAncestor(snap *core.Snapshot, scope core.Scope, id []byte) bool {
 	return i >= 0 && i < len(snap.Ancestors) && string(snap.Ancestors[i]) == string(id)
 }
 
-func (s *Shard) writeAdmissionDeny(resp *fasthttp.Response, reason string, scope core.Scope, window string, resetAt int64) {
+func (s *Shard) writeAdmissionDeny(resp *fasthttp.Response, reason AdmissionReason, scope core.Scope, window string, resetAt int64) {
+	s.platformStats.Decisions[reason]++
 	b := append(s.out[:0], `{"decision":"deny","reason":"`...)
-	b = append(b, reason...)
+	b = append(b, reason.String()...)
 	b = append(b, `","scope":"`...)
 	b = append(b, scope.String()...)
 	b = append(b, `","window":"`...)
@@ -123,14 +198,16 @@ func (s *Shard) writeAdmissionDeny(resp *fasthttp.Response, reason string, scope
 }
 
 // platformCall admits a call to a platform route: the right method (else
-// 405, with hint) and a platform token (else 401). It answers the refusals
-// itself and reports whether the route may go on.
-func (s *Shard) platformCall(r *Request, methodOK bool, hint string) bool {
+// 405, with hint) and a platform token (else 401). It answers and counts
+// the refusals itself and reports whether the route may go on.
+func (s *Shard) platformCall(r *Request, route platformRoute, methodOK bool, hint string) bool {
 	if !methodOK {
+		s.platformStats.BadRequests[route]++
 		s.writeProblem(r.Resp, fasthttp.StatusMethodNotAllowed, "method-not-allowed", hint)
 		return false
 	}
 	if !s.authenticatePlatform(r.Req, r.Now) {
+		s.platformStats.Unauthorized[route]++
 		s.writeDenial(r.Resp, core.Denial{Reason: core.DenyUnknownPrincipal})
 		return false
 	}
@@ -140,11 +217,10 @@ func (s *Shard) platformCall(r *Request, methodOK bool, hint string) bool {
 // authenticatePlatform checks the bearer token against the platform
 // tokens: a customer key, even a valid one, is not a platform token.
 func (s *Shard) authenticatePlatform(req *fasthttp.Request, now int64) bool {
-	h := req.Header.Peek(fasthttp.HeaderAuthorization)
-	if !bytes.HasPrefix(h, bearer) {
+	key, ok := credential.BearerToken(req.Header.Peek(fasthttp.HeaderAuthorization))
+	if !ok {
 		return false
 	}
-	key := h[len(bearer):]
 	if p, ok := s.cache.Lookup(key, now); ok {
 		_, known := s.platform[p]
 		return known

@@ -30,7 +30,6 @@ var (
 	pathCancel = []byte("/v1/cancel")
 	pathLivez  = []byte("/livez")
 	pathReadyz = []byte("/readyz")
-	bearer     = []byte("Bearer ")
 )
 
 // Serve answers one data-plane request.
@@ -76,11 +75,11 @@ func isRoute(p []byte) bool {
 
 // authenticate resolves the bearer key to a principal.
 func (s *Shard) authenticate(req *fasthttp.Request, now int64) (core.Principal, bool) {
-	h := req.Header.Peek(fasthttp.HeaderAuthorization)
-	if !bytes.HasPrefix(h, bearer) {
+	key, ok := credential.BearerToken(req.Header.Peek(fasthttp.HeaderAuthorization))
+	if !ok {
 		return core.Principal{}, false
 	}
-	return s.keyPrincipal(h[len(bearer):], now)
+	return s.keyPrincipal(key, now)
 }
 
 // keyPrincipal resolves a customer key to a principal: from the cache, or
@@ -164,10 +163,10 @@ func (s *Shard) runAdmit(r *Request, p core.Principal, mode admitMode, w *fundin
 			return
 		}
 	} else if w == nil {
-		var problem string
-		if a, problem = s.decodeAdmit(r.Req.Body(), ctx.Snapshot()); problem != "" {
+		var problem fieldProblem
+		if a, problem = s.decodeAdmit(r.Req.Body(), ctx.Snapshot()); problem.refused() {
 			s.Release()
-			s.writeProblem(r.Resp, fasthttp.StatusBadRequest, "invalid-body", problem)
+			s.writeFieldProblem(r.Resp, problem)
 			return
 		}
 		if a.unknownPermission {
@@ -272,60 +271,90 @@ type admitBody struct {
 	capture           bool
 }
 
+// Fields of an admit or check body, and of a workload line.
+var (
+	admitFields = [...]string{"permission", "workload", "ttl_ms"}
+	lineFields  = [...]string{"op", "count"}
+)
+
 // decodeAdmit reads {"permission":"…","workload":[{"op":"…","count":N}],
-// "ttl_ms":N} under the pinned snapshot. An operation name the snapshot does
-// not price becomes an out-of-range index, so the engine refuses and counts
-// it like any other unpriced operation. It returns a problem text for a body
-// that is not well formed.
-func (s *Shard) decodeAdmit(body []byte, snap *core.Snapshot) (admitBody, string) {
-	var a admitBody
-	v, err := s.parser.ParseBytes(body)
-	if err != nil || v.Type() != fastjson.TypeObject {
-		return a, "body must be a JSON object"
+// "ttl_ms":N} under the pinned snapshot (see decode.go for the rules every
+// field follows). An operation name the snapshot does not price becomes an
+// out-of-range index, so the engine refuses and counts it like any other
+// unpriced operation; a permission it does not know is refused as not
+// granted.
+func (s *Shard) decodeAdmit(body []byte, snap *core.Snapshot) (a admitBody, p fieldProblem) {
+	defer s.recoverDecode(&p)
+	s.faultIn()
+	o, p := s.object(body, maxAdmitBody)
+	if p.refused() {
+		return a, p
 	}
-	if pv := v.Get("permission"); pv != nil {
-		name, err := pv.StringBytes()
-		if err != nil {
-			return a, "permission must be a string"
+	var f [len(admitFields)]*fastjson.Value
+	if p = s.fields(o, admitFields[:], f[:]); p.refused() {
+		return a, p
+	}
+	if f[0] != nil {
+		name, p := s.str(f[0], "permission", maxNameLen, detailPermission)
+		if p.refused() {
+			return a, p
 		}
 		var known bool
-		a.perms, known = snap.Permission(name)
-		a.unknownPermission = !known
-	}
-	if tv := v.Get("ttl_ms"); tv != nil {
-		ms, err := tv.Int64()
-		if err != nil || ms <= 0 || ms > core.MaxHoldTimeout/1e6 {
-			return a, "ttl_ms must be a positive integer of milliseconds, at most 24 h"
+		if a.perms, known = snap.Permission(name); !known {
+			if p = s.plainName(name, "permission", detailPermission); p.refused() {
+				return a, p
+			}
+			a.unknownPermission = true
 		}
-		a.ttl = ms * 1e6
 	}
-	lines, err := v.Get("workload").Array()
-	if err != nil {
-		return a, "workload must be an array"
+	lines, p := s.array(f[1], "workload", 0, MaxWorkLines, detailWorkload)
+	if p.refused() {
+		return a, p
 	}
-	if len(lines) > MaxWorkLines {
-		return a, "workload has more than 64 lines"
+	if f[2] != nil {
+		ms, p := s.integer(f[2], "ttl_ms", 1, uint64(core.MaxHoldTimeout/1e6), detailTTL)
+		if p.refused() {
+			return a, p
+		}
+		a.ttl = int64(ms) * 1e6
 	}
 	a.work = s.work[:len(lines)]
 	for i, line := range lines {
-		if line.Type() != fastjson.TypeObject {
-			return a, "workload lines must be objects"
+		if a.work[i], p = s.decodeLine(line, i, snap); p.refused() {
+			return a, p
 		}
-		name, err := line.Get("op").StringBytes()
-		if err != nil {
-			return a, "workload op must be a string"
-		}
-		n, err := line.Get("count").Uint64()
-		if err != nil {
-			return a, "workload count must be a non-negative integer"
-		}
-		op, ok := snap.OpIndexOf(name)
-		if !ok {
-			op = core.OpIndex(len(snap.Costs.Classes))
-		}
-		a.work[i] = core.WorkItem{Op: op, Count: n}
 	}
-	return a, ""
+	return a, p
+}
+
+// decodeLine reads workload line i, {"op":"…","count":N}.
+func (s *Shard) decodeLine(line *fastjson.Value, i int, snap *core.Snapshot) (core.WorkItem, fieldProblem) {
+	s.atElement("workload", i)
+	if line.Type() != fastjson.TypeObject {
+		s.refuseField("")
+		return core.WorkItem{}, invalid(detailLineObject)
+	}
+	o, _ := line.Object()
+	var f [len(lineFields)]*fastjson.Value
+	if p := s.fields(o, lineFields[:], f[:]); p.refused() {
+		return core.WorkItem{}, p
+	}
+	name, p := s.str(f[0], "op", maxNameLen, detailOp)
+	if p.refused() {
+		return core.WorkItem{}, p
+	}
+	op, ok := snap.OpIndexOf(name)
+	if !ok {
+		if p = s.plainName(name, "op", detailOp); p.refused() {
+			return core.WorkItem{}, p
+		}
+		op = core.OpIndex(len(snap.Costs.Classes))
+	}
+	n, p := s.integer(f[1], "count", 0, maxInt, detailCount)
+	if p.refused() {
+		return core.WorkItem{}, p
+	}
+	return core.WorkItem{Op: op, Count: n}, fieldProblem{}
 }
 
 // serveReservation runs commit, finish or cancel on a reservation, here or,
@@ -333,8 +362,8 @@ func (s *Shard) decodeAdmit(body []byte, snap *core.Snapshot) (admitBody, string
 // the owner's reply comes back through the control plane.
 func (s *Shard) serveReservation(r *Request, op Op) {
 	owner, res, units, problem := s.decodeReservation(r.Req.Body(), op)
-	if problem != "" {
-		s.writeProblem(r.Resp, fasthttp.StatusBadRequest, "invalid-body", problem)
+	if problem.refused() {
+		s.writeFieldProblem(r.Resp, problem)
 		return
 	}
 	p, ok := s.authenticate(r.Req, r.Now)

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/valyala/fasthttp"
+	"github.com/valyala/fastjson"
 
 	"github.com/tollgated/tollgated/core"
 )
@@ -44,32 +45,49 @@ func parseReservation(s []byte) (shard uint16, id uint64, ok bool) {
 	return shard, id, true
 }
 
-// decodeReservation reads {"reservation":"…"} (and "units" for finish).
-// units is MaxCostUnits when finish names none, meaning "bill the quote".
-func (s *Shard) decodeReservation(body []byte, op Op) (owner uint16, id uint64, units core.CostUnits, problem string) {
-	v, err := s.parser.ParseBytes(body)
-	if err != nil {
-		return 0, 0, 0, "body must be a JSON object"
+// Fields of a commit or cancel body, and of a finish body.
+var (
+	reservationFields = [...]string{"reservation"}
+	finishFields      = [...]string{"reservation", "units"}
+)
+
+// decodeReservation reads {"reservation":"…"} (and "units" for finish; see
+// decode.go for the rules every field follows). units is MaxCostUnits when
+// finish names none, meaning "bill the quote": no integer a client can
+// send reaches it.
+func (s *Shard) decodeReservation(body []byte, op Op) (owner uint16, id uint64, units core.CostUnits, p fieldProblem) {
+	defer s.recoverDecode(&p)
+	s.faultIn()
+	o, p := s.object(body, maxReservationBody)
+	if p.refused() {
+		return 0, 0, 0, p
 	}
-	rb, err := v.Get("reservation").StringBytes()
-	if err != nil {
-		return 0, 0, 0, "reservation must be a string"
+	names := reservationFields[:]
+	if op == OpFinish {
+		names = finishFields[:]
+	}
+	var f [len(finishFields)]*fastjson.Value
+	if p = s.fields(o, names, f[:len(names)]); p.refused() {
+		return 0, 0, 0, p
+	}
+	rb, p := s.text(f[0], "reservation", reservationLen, detailReservation)
+	if p.refused() {
+		return 0, 0, 0, p
 	}
 	owner, id, ok := parseReservation(rb)
 	if !ok {
-		return 0, 0, 0, "reservation must be 20 lowercase hex digits"
+		s.refuseField("reservation")
+		return 0, 0, 0, invalid(detailReservation)
 	}
 	units = core.MaxCostUnits
-	if op == OpFinish {
-		if uv := v.Get("units"); uv != nil {
-			n, err := uv.Uint64()
-			if err != nil {
-				return 0, 0, 0, "units must be a non-negative integer"
-			}
-			units = core.CostUnits(n)
+	if f[1] != nil {
+		n, p := s.integer(f[1], "units", 0, maxInt, detailUnits)
+		if p.refused() {
+			return 0, 0, 0, p
 		}
+		units = core.CostUnits(n)
 	}
-	return owner, id, units, ""
+	return owner, id, units, p
 }
 
 // opOutcome is the result of a reservation operation, small enough to

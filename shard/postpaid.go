@@ -53,89 +53,149 @@ func PostPaidID(clientID []byte) [16]byte {
 	return id
 }
 
+// Fields of a usage body and of one event.
+var (
+	usageFields = [...]string{"events"}
+	eventFields = [...]string{"id", "agent_id", "units", "occurred_at"}
+)
+
+const (
+	detailEvents     = "must be an array of 1 to 1000 events"
+	detailEventID    = "must be a string of 1 to 128 bytes"
+	detailAgent      = "must be a string of 1 to 64 bytes"
+	detailEventUnits = "must be an integer from 1 to 9223372036854775807"
+	detailOccurredAt = "must be an RFC 3339 time from 1970 to 2261"
+	// maxTimeLen bounds occurred_at: RFC 3339 with nanoseconds and an
+	// offset is 35 bytes.
+	maxTimeLen = 64
+)
+
+// occurredAt bounds: times a nanosecond count since 1970 holds.
+var (
+	minOccurredAt = time.Unix(0, 0)
+	maxOccurredAt = time.Date(2262, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
 func (s *Shard) servePostPaid(r *Request) {
-	if !s.platformCall(r, r.Req.Header.IsPost(), "Use POST") {
+	if !s.platformCall(r, routeUsage, r.Req.Header.IsPost(), "Use POST") {
 		return
 	}
-	batch, problem := s.decodePostPaid(r.Req.Body())
-	if problem != "" {
-		s.writeProblem(r.Resp, fasthttp.StatusBadRequest, "invalid-body", problem)
+	batch, p := s.decodePostPaid(r.Req.Body())
+	if p.refused() {
+		s.platformStats.BadRequests[routeUsage]++
+		s.writeFieldProblem(r.Resp, p)
 		return
 	}
 	if r.Defer == nil {
+		s.countPostPaid(batch, true)
 		s.writeProblem(r.Resp, fasthttp.StatusServiceUnavailable, "usage-unavailable", "This transport cannot wait for durable usage")
 		return
 	}
 	ticket := r.Defer()
 	if !s.outbox.Push(Outbound{Kind: OutPostPaid, From: s.cfg.ID, Ticket: ticket, Batch: batch}) {
+		s.countPostPaid(batch, true)
 		s.fail(ticket, core.DenyAccountingBackpressure)
 	}
 }
 
-// decodePostPaid validates a batch. Events for agents this node does not
-// know are counted rejected here; malformed events fail the whole batch,
-// so a client never learns half an answer.
-func (s *Shard) decodePostPaid(body []byte) (*PostPaidBatch, string) {
-	var p fastjson.Parser
-	v, err := p.ParseBytes(body)
+// decodePostPaid validates a batch (see decode.go for the rules every
+// field follows). Events for agents this node does not know are counted
+// rejected here; a malformed event fails the whole batch, so a client
+// never learns half an answer. This route allocates (a batch is up to a
+// megabyte of events), so it parses with a parser of its own rather than
+// have the shard's keep what the largest batch needed.
+func (s *Shard) decodePostPaid(body []byte) (b *PostPaidBatch, p fieldProblem) {
+	defer s.recoverDecode(&p)
+	s.faultIn()
+	s.atTop()
+	var parser fastjson.Parser
+	v, err := parser.ParseBytes(body)
 	if err != nil || v.Type() != fastjson.TypeObject {
-		return nil, "body must be a JSON object"
+		return nil, invalid(detailObject)
 	}
-	evs, err := v.Get("events").Array()
-	if err != nil {
-		return nil, "events must be an array"
+	o, _ := v.Object()
+	var f [len(usageFields)]*fastjson.Value
+	if p = s.fields(o, usageFields[:], f[:]); p.refused() {
+		return nil, p
 	}
-	if len(evs) == 0 || len(evs) > MaxPostPaidEvents {
-		return nil, "events must hold 1 to " + strconv.Itoa(MaxPostPaidEvents) + " events"
+	evs, p := s.array(f[0], "events", 1, MaxPostPaidEvents, detailEvents)
+	if p.refused() {
+		return nil, p
 	}
-	b := &PostPaidBatch{Events: make([]PostPaid, 0, len(evs))}
+	b = &PostPaidBatch{Events: make([]PostPaid, 0, len(evs))}
 	for i, e := range evs {
-		pp, known, problem := decodeEvent(e)
-		if problem != "" {
-			return nil, "events[" + strconv.Itoa(i) + "]: " + problem
+		pp, p := s.decodeEvent(e, i)
+		if p.refused() {
+			return nil, p
 		}
-		if _, _, ok := s.engine.Standing([]byte(pp.Account)); !ok || !known {
+		if _, _, ok := s.engine.Standing([]byte(pp.Account)); !ok {
 			b.Rejected++
 			continue
 		}
 		b.Events = append(b.Events, pp)
 	}
-	return b, ""
+	return b, p
 }
 
-func decodeEvent(e *fastjson.Value) (pp PostPaid, known bool, problem string) {
+// decodeEvent reads event i, {"id","agent_id","units","occurred_at"}. An
+// agent_id that names no account is well formed here; the caller rejects
+// it.
+func (s *Shard) decodeEvent(e *fastjson.Value, i int) (PostPaid, fieldProblem) {
+	s.atElement("events", i)
 	if e.Type() != fastjson.TypeObject {
-		return pp, false, "must be an object"
+		s.refuseField("")
+		return PostPaid{}, invalid(detailLineObject)
 	}
-	id, err := e.Get("id").StringBytes()
-	if err != nil || len(id) == 0 || len(id) > maxEventIDLen {
-		return pp, false, "id must be a string of 1 to 128 bytes"
+	o, _ := e.Object()
+	var f [len(eventFields)]*fastjson.Value
+	if p := s.fields(o, eventFields[:], f[:]); p.refused() {
+		return PostPaid{}, p
 	}
-	agent, err := e.Get("agent_id").StringBytes()
-	if err != nil {
-		return pp, false, "agent_id must be a string"
+	id, p := s.text(f[0], "id", maxEventIDLen, detailEventID)
+	if p.refused() {
+		return PostPaid{}, p
 	}
-	units, err := e.Get("units").Uint64()
-	if err != nil || units == 0 || units > uint64(core.MaxCostUnits) {
-		return pp, false, "units must be a positive integer"
+	agent, p := s.text(f[1], "agent_id", core.MaxAccountIDLen, detailAgent)
+	if p.refused() {
+		return PostPaid{}, p
 	}
-	at, err := e.Get("occurred_at").StringBytes()
-	if err != nil {
-		return pp, false, "occurred_at must be an RFC 3339 string"
+	units, p := s.integer(f[2], "units", 1, maxInt, detailEventUnits)
+	if p.refused() {
+		return PostPaid{}, p
+	}
+	at, p := s.text(f[3], "occurred_at", maxTimeLen, detailOccurredAt)
+	if p.refused() {
+		return PostPaid{}, p
 	}
 	t, err := time.Parse(time.RFC3339Nano, string(at))
-	if err != nil {
-		return pp, false, "occurred_at must be an RFC 3339 string"
+	if err != nil || t.Before(minOccurredAt) || !t.Before(maxOccurredAt) {
+		s.refuseField("occurred_at")
+		return PostPaid{}, invalid(detailOccurredAt)
 	}
-	pp = PostPaid{ID: PostPaidID(id), Account: core.AccountID(agent), Units: core.CostUnits(units), OccurredAt: t.UnixNano()}
-	return pp, pp.Account.Validate() == nil, ""
+	return PostPaid{ID: PostPaidID(id), Account: core.AccountID(agent), Units: core.CostUnits(units),
+		OccurredAt: t.UnixNano()}, fieldProblem{}
 }
 
 // postPaidDone answers a batch the control plane has finished with.
 func (s *Shard) postPaidDone(ticket uint64, b *PostPaidBatch) {
+	s.countPostPaid(b, b.Failed)
 	s.postPaid = b
 	s.complete(ticket, s.fillPostPaid)
 	s.postPaid = nil
+}
+
+// countPostPaid counts a batch's events by the result its reporter is
+// told: every event of a batch that failed counts as failed (the reporter
+// sends the whole batch again), so each report is counted once.
+func (s *Shard) countPostPaid(b *PostPaidBatch, failed bool) {
+	u := &s.platformStats.Usage
+	if failed {
+		u[UsageFailed] += uint64(len(b.Events) + b.Rejected)
+		return
+	}
+	u[UsageAccepted] += uint64(b.Accepted)
+	u[UsageDuplicate] += uint64(b.Duplicate)
+	u[UsageRejected] += uint64(b.Rejected)
 }
 
 func (s *Shard) writePostPaid(resp *fasthttp.Response) {

@@ -52,16 +52,16 @@ func TestPostPaidBatchGoesToThePlaneAndIsAnsweredWithItsCounts(t *testing.T) {
 
 func TestPostPaidRefusals(t *testing.T) {
 	h, _ := agentHarness(t, 0)
-	for body, want := range map[string]string{
-		`[]`:            "body must be a JSON object",
-		`{"events":[]}`: "events must hold 1 to 1000 events",
-		`{"events":[{"id":"","agent_id":"a1","units":1,"occurred_at":"2026-12-02T17:00:00Z"}]}`:  "events[0]: id must be a string of 1 to 128 bytes",
-		`{"events":[{"id":"x","agent_id":"a1","units":0,"occurred_at":"2026-12-02T17:00:00Z"}]}`: "events[0]: units must be a positive integer",
-		`{"events":[{"id":"x","agent_id":"a1","units":1,"occurred_at":"yesterday"}]}`:            "events[0]: occurred_at must be an RFC 3339 string",
+	for _, c := range []struct{ body, code, field string }{
+		{`[]`, "invalid-body", ""},
+		{`{"events":[]}`, "invalid-body", "events"},
+		{`{"events":[{"id":"","agent_id":"a1","units":1,"occurred_at":"2026-12-02T17:00:00Z"}]}`, "invalid-body", "events[0].id"},
+		{`{"events":[{"id":"x","agent_id":"a1","units":0,"occurred_at":"2026-12-02T17:00:00Z"}]}`, "invalid-body", "events[0].units"},
+		{`{"events":[{"id":"x","agent_id":"a1","units":1,"occurred_at":"yesterday"}]}`, "invalid-body", "events[0].occurred_at"},
 	} {
-		status, m, _ := h.postUsage(body, true)
-		if status != 400 || m["code"] != "invalid-body" || m["title"] != want {
-			t.Errorf("%s: %d %v, want 400 %q", body, status, m, want)
+		status, m, _ := h.postUsage(c.body, true)
+		if status != 400 || m["code"] != c.code || m["detail"] == "" || (c.field != "" && m["field"] != c.field) {
+			t.Errorf("%s: %d %v, want 400 %s naming %q", c.body, status, m, c.code, c.field)
 		}
 	}
 	if status, m, _ := h.postUsage(`{"events":[{"id":"x","agent_id":"a1","units":1,"occurred_at":"2026-12-02T17:00:00Z"}]}`, false); status != 503 || m["code"] != "usage-unavailable" {

@@ -123,3 +123,31 @@ func (s *Shard) writeProblem(resp *fasthttp.Response, status int, code, title st
 	resp.Header.SetContentTypeBytes(problemJSON)
 	resp.SetBody(b)
 }
+
+// writeFieldProblem answers a request refused at decoding: the kind's
+// status, code and title, what the field must be (detail) and, when there
+// is one, the field's path (s.field), escaped — a path may repeat a key
+// the client sent.
+func (s *Shard) writeFieldProblem(resp *fasthttp.Response, p fieldProblem) {
+	k := problemKinds[p.kind]
+	b := s.out[:0]
+	b = append(b, `{"type":"about:blank","title":"`...)
+	b = append(b, k.title...)
+	b = append(b, `","status":`...)
+	b = strconv.AppendInt(b, int64(k.status), 10)
+	b = append(b, `,"code":"`...)
+	b = append(b, k.code...)
+	b = append(b, `","detail":"`...)
+	b = append(b, p.detail...)
+	b = append(b, '"')
+	if len(s.field) > 0 {
+		b = append(b, `,"field":"`...)
+		b = appendEscaped(b, s.field)
+		b = append(b, '"')
+	}
+	b = append(b, '}')
+	s.out = b
+	resp.SetStatusCode(k.status)
+	resp.Header.SetContentTypeBytes(problemJSON)
+	resp.SetBody(b)
+}

@@ -7,6 +7,7 @@ package shard
 
 import (
 	"crypto/rand"
+	"io"
 	mrand "math/rand/v2"
 
 	"github.com/valyala/fasthttp"
@@ -38,6 +39,9 @@ type Config struct {
 	// how many wait at once (default DefaultFundingWaiters).
 	FundingWait    int64
 	FundingWaiters int
+	// PanicLog receives the one log line a shard writes when it recovers
+	// from a panic in a decoder (recover.go); nil means standard error.
+	PanicLog io.Writer
 }
 
 // MaxWorkLines bounds the lines of one workload.
@@ -96,6 +100,17 @@ type Shard struct {
 	waited, waitsFull, waitsExpired, waitsAbandoned uint64
 	pending                                         func(ticket uint64) bool
 	pub                                             publishedStats
+
+	// Decoding (decode.go): where a decoder reads, the refused field's
+	// path and a number's text, scratch reused by every request; panics
+	// recovered in decoders, and the hook tests use to cause one.
+	field           []byte
+	at              fieldAt
+	num             []byte
+	internalErrors  uint64
+	testDecodeFault func()
+	// platformStats counts the platform routes' answers (stats.go).
+	platformStats PlatformStats
 }
 
 // New returns a shard that receives from in and sends to out.
@@ -127,19 +142,20 @@ func New(cfg Config, in *ring.Doorbell[Inbound], out *ring.Doorbell[Outbound]) (
 		return nil, err
 	}
 	s := &Shard{
-		cfg:       cfg,
-		engine:    core.NewEngine(core.Config{MaxReservations: cfg.MaxReservations}),
-		hasher:    h,
-		cache:     credential.NewCache(cfg.CredentialCache),
-		keys:      make(map[core.Principal]credential.Digest),
-		platform:  make(map[core.Principal]credential.Digest),
-		grantSeq:  make(map[core.AccountID]uint64),
-		starvedAt: make(map[core.AccountID]int64),
-		inbox:     in,
-		outbox:    out,
-		rng:       mrand.NewChaCha8(seed),
-		out:       make([]byte, 0, 512),
-		hdr:       make([]byte, 0, 32),
+		cfg:      cfg,
+		engine:   core.NewEngine(core.Config{MaxReservations: cfg.MaxReservations}),
+		hasher:   h,
+		cache:    credential.NewCache(cfg.CredentialCache),
+		keys:     make(map[core.Principal]credential.Digest),
+		platform: make(map[core.Principal]credential.Digest),
+		grantSeq: make(map[core.AccountID]uint64),
+		inbox:    in,
+		outbox:   out,
+		rng:      mrand.NewChaCha8(seed),
+		out:      make([]byte, 0, 512),
+		hdr:      make([]byte, 0, 32),
+		field:    make([]byte, 0, 128),
+		num:      make([]byte, 0, 32),
 	}
 	if cfg.AckDurable {
 		s.acks = newAckQueue(cfg.AckQueue)

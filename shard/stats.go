@@ -24,7 +24,52 @@ type Stats struct {
 	// FundingWaitsAbandoned those dropped because their client had gone.
 	FundingWaiting                                                             int
 	FundingWaits, FundingWaitsExpired, FundingWaitsFull, FundingWaitsAbandoned uint64
+	// InternalErrors counts panics recovered in decoders (recover.go):
+	// each was answered 500 internal. Anything but 0 is a bug.
+	InternalErrors uint64
+	Platform       PlatformStats
 }
+
+// PlatformStats counts what the platform routes (seed 000) answered, so an
+// operator can alert when agents fail open: an agent admits on every
+// answer that is not a 200 decision.
+type PlatformStats struct {
+	// Decisions counts GET /v1/admission's 200 answers by what they
+	// decided (AdmissionReason).
+	Decisions [NumAdmissionReasons]uint64
+	// Unauthorized counts 401s per route; BadRequests the other refusals
+	// before any work (400, 405, 413).
+	Unauthorized, BadRequests [NumPlatformRoutes]uint64
+	// Usage counts post-paid events by result: accepted (billed now),
+	// duplicate (billed before), rejected (no such agent), failed (not
+	// billed now: ledger unavailable or accounting busy; the reporter
+	// retries the batch).
+	Usage [NumUsageResults]uint64
+}
+
+// platformRoute indexes PlatformStats' per-route counters.
+type platformRoute uint8
+
+const (
+	routeAdmission platformRoute = iota
+	routeUsage
+	NumPlatformRoutes
+)
+
+// PlatformRoutes names the platform routes, by platformRoute index.
+var PlatformRoutes = [NumPlatformRoutes]string{routeAdmission: "admission", routeUsage: "usage"}
+
+// Post-paid event results, indexing PlatformStats.Usage.
+const (
+	UsageAccepted = iota
+	UsageDuplicate
+	UsageRejected
+	UsageFailed
+	NumUsageResults
+)
+
+// UsageResults names the post-paid results, by index.
+var UsageResults = [NumUsageResults]string{"accepted", "duplicate", "rejected", "failed"}
 
 type publishedStats struct {
 	mu sync.Mutex // taken once per tick by the shard and per scrape: never on a request
@@ -37,7 +82,8 @@ func (s *Shard) PublishStats() {
 	st := Stats{Engine: s.engine.Counters(), InFlight: s.engine.InFlight(),
 		ParkedAcks: int(s.acks.tail - s.acks.head), PendingOut: len(s.pendingOut),
 		FundingWaiting: len(s.waits.order), FundingWaits: s.waited, FundingWaitsExpired: s.waitsExpired,
-		FundingWaitsFull: s.waitsFull, FundingWaitsAbandoned: s.waitsAbandoned}
+		FundingWaitsFull: s.waitsFull, FundingWaitsAbandoned: s.waitsAbandoned,
+		InternalErrors: s.internalErrors, Platform: s.platformStats}
 	s.pub.mu.Lock()
 	s.pub.s = st
 	s.pub.mu.Unlock()
@@ -52,3 +98,17 @@ func (s *Shard) Stats() Stats {
 
 // Engine is the shard's engine, for tests and tools on the shard's thread.
 func (s *Shard) Engine() *core.Engine { return s.engine }
+
+// Add adds o's counts to p (summing shards).
+func (p *PlatformStats) Add(o *PlatformStats) {
+	for i := range p.Decisions {
+		p.Decisions[i] += o.Decisions[i]
+	}
+	for i := range p.Unauthorized {
+		p.Unauthorized[i] += o.Unauthorized[i]
+		p.BadRequests[i] += o.BadRequests[i]
+	}
+	for i := range p.Usage {
+		p.Usage[i] += o.Usage[i]
+	}
+}

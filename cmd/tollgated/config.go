@@ -8,11 +8,13 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/tollgated/tollgated/admin"
 	"github.com/tollgated/tollgated/affinity"
 	"github.com/tollgated/tollgated/control"
 )
@@ -23,6 +25,7 @@ import (
 type config struct {
 	listen        string
 	admin         string
+	adminLimits   adminLimits
 	shards        int
 	cpus          []int
 	dataDir       string
@@ -100,6 +103,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.DurationVar(&c.loop.header, "header-timeout", 10*time.Second, "time allowed from a request's first byte to the end of its head")
 	fs.DurationVar(&c.loop.body, "body-timeout", 30*time.Second, "time allowed to receive a request body")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (for performance work)")
+	c.adminLimits.register(fs)
 	fs.BoolVar(&help, "help", false, "print this help and exit")
 	fs.BoolVar(&version, "version", false, "print the version and exit")
 	fs.Usage = func() {
@@ -253,3 +257,27 @@ func (c *config) finish(cpus, level string) error {
 	}
 	return nil
 }
+
+// adminLimits are the admin listener's flags; its timeouts are
+// admin.DefaultLimits'.
+type adminLimits struct {
+	maxConns int
+}
+
+// register adds the admin listener's flags to fs, each checked as it is
+// parsed.
+func (a *adminLimits) register(fs *flag.FlagSet) {
+	a.maxConns = admin.DefaultLimits().MaxConns
+	fs.Func("admin-max-conns", fmt.Sprintf("open connections the admin API accepts; beyond it a connection is answered 503 and closed, so idle sockets cannot use up file descriptors the data plane needs (default %d)", a.maxConns),
+		func(v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 10_000 {
+				return fmt.Errorf("want 1 to 10000")
+			}
+			a.maxConns = n
+			return nil
+		})
+}
+
+// limits is the admin.Limits the flags ask for.
+func (a adminLimits) limits() admin.Limits { return admin.Limits{MaxConns: a.maxConns} }

@@ -247,21 +247,24 @@ func (d *daemon) startAdmin(ctx context.Context, cfg config, hasher *credential.
 		fmt.Fprintf(d.out, "admin token (shown once; set TOLLGATED_ADMIN_TOKEN to choose your own): %s\n", token)
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(newNodeCollector(d))
-	srv, err := admin.New(admin.Config{Store: d.store, Hasher: hasher, Publisher: d.prov, Registry: reg, Log: d.log})
+	reg.MustRegister(newNodeCollector(d), newBuildInfoCollector())
+	srv, err := admin.New(admin.Config{Store: d.store, Hasher: hasher, Publisher: d.prov, Registry: reg, Log: d.log,
+		Holdings: planeHoldings{d.node.Plane()}})
 	if err != nil {
+		return "", err
+	}
+	// Keys that expired while the node was down stop before it is ready.
+	if err := srv.ExpireKeys(ctx); err != nil {
 		return "", err
 	}
 	ln, err := net.Listen("tcp", cfg.admin)
 	if err != nil {
 		return "", fmt.Errorf("admin listener: %w", err)
 	}
-	d.admin = &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		if err := d.admin.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			d.log.Error().Err(err).Msg("admin API stopped")
-		}
-	}()
+	if d.admin, err = srv.Serve(ln, cfg.adminLimits.limits()); err != nil {
+		ln.Close()
+		return "", err
+	}
 	return ln.Addr().String(), nil
 }
 
@@ -343,3 +346,9 @@ func groupCommit(d time.Duration) time.Duration {
 	}
 	return d
 }
+
+// planeHoldings is the control plane as the admin API's Holdings: what
+// this node's leases and slices hold for an account, unspent.
+type planeHoldings struct{ p *control.Plane }
+
+func (h planeHoldings) LeaseHoldings(id core.AccountID) core.CostUnits { return h.p.Holding(id) }

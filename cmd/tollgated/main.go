@@ -14,8 +14,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
+	"strings"
 	"syscall"
 
 	"github.com/rs/zerolog"
@@ -24,24 +26,44 @@ import (
 )
 
 // version is set at link time (-ldflags "-X main.version=v1.2.3"); without
-// it the module version or VCS revision from the build info is reported.
+// it the module version from the build info is reported.
 var version = ""
 
-func versionString() string {
-	if version != "" {
-		return version
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-			return bi.Main.Version
+// buildInfo is what the binary knows of its build: its version (set at
+// link time, else the module's: "devel" when built from a checkout), the
+// VCS revision it was built from ("+dirty" when the tree had changes;
+// "unknown" outside a checkout) and the Go version. --version prints it;
+// the tollgated_build_info metric carries it.
+func buildInfo() (ver, revision, goVersion string) {
+	ver, revision, goVersion = version, "unknown", runtime.Version()
+	bi, ok := debug.ReadBuildInfo()
+	if ok {
+		if ver == "" {
+			ver = strings.Trim(bi.Main.Version, "()") // "(devel)" from a checkout
 		}
+		goVersion = bi.GoVersion
+		dirty := false
 		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" {
-				return "dev-" + s.Value
+			switch {
+			case s.Key == "vcs.revision":
+				revision = s.Value
+			case s.Key == "vcs.modified" && s.Value == "true":
+				dirty = true
 			}
 		}
+		if dirty && revision != "unknown" {
+			revision += "+dirty"
+		}
 	}
-	return "dev"
+	if ver == "" {
+		ver = "unknown"
+	}
+	return ver, revision, goVersion
+}
+
+func versionString() string {
+	ver, revision, goVersion := buildInfo()
+	return fmt.Sprintf("%s (revision %s, %s)", ver, revision, goVersion)
 }
 
 func main() {

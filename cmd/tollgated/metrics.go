@@ -9,6 +9,7 @@ import (
 
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/invariant"
+	"github.com/tollgated/tollgated/shard"
 )
 
 // nodeCollector exposes the data plane, the control plane, the spool and
@@ -40,6 +41,14 @@ var (
 	descSpoolBroken = desc("spool_broken", "1 once the spool failed a write or sync: nothing more becomes durable, billing answers stop.")
 	descInvariants  = desc("invariant_violations_total", "Broken invariants by kind: each is a bug, logged as an error when it happens.", "kind")
 	descDroppedB    = desc("spool_recovery_dropped_bytes_total", "Bytes the spool cut from a torn or damaged tail when it opened.")
+
+	descInternal = desc("internal_errors_total", "Requests answered 500 internal: a panic recovered while decoding one (the first per shard is logged with its stack). Anything but 0 is a bug.")
+	// The platform routes (seed 000). An agent admits on every answer
+	// that is not a 200 decision, so the refusals are what to alert on.
+	descPlatformDecisions = desc("platform_admission_decisions_total", "GET /v1/admission decisions (200 answers), by decision and reason (reason \"none\" for an admit).", "decision", "reason")
+	descPlatformUnauth    = desc("platform_unauthorized_total", "Platform route calls answered 401 (no valid platform token): the agent failed open.", "route")
+	descPlatformBad       = desc("platform_bad_requests_total", "Platform route calls refused as malformed (400, 405, 413): the agent failed open.", "route")
+	descPlatformUsage     = desc("platform_usage_events_total", "Post-paid usage events (POST /v1/usage) by the result the reporter was told: accepted, duplicate, rejected (no such agent), failed (not billed now; the batch is retried).", "result")
 )
 
 func desc(name, help string, labels ...string) *prometheus.Desc {
@@ -57,6 +66,8 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	var outcomes [6]uint64
 	var billed core.CostUnits
 	var waits [4]uint64
+	var internal uint64
+	var platform shard.PlatformStats
 	for i, s := range d.node.ShardStats() {
 		shard := strconv.Itoa(i)
 		e := &s.Engine
@@ -75,6 +86,8 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 			outcomes[j] += n
 		}
 		billed += e.UnitsBilled
+		internal += s.InternalErrors
+		platform.Add(&s.Platform)
 	}
 	for r := core.DenyReason(1); int(r) < core.NumDenyReasons; r++ {
 		counter(ch, descDenials, float64(denials[r]), r.Code())
@@ -86,6 +99,8 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	for j, name := range [...]string{"waited", "expired", "full", "abandoned"} {
 		counter(ch, descWaits, float64(waits[j]), name)
 	}
+	counter(ch, descInternal, float64(internal))
+	collectPlatform(ch, &platform)
 	for i, s := range d.node.Stats() {
 		counter(ch, descRequests, float64(s.Requests), strconv.Itoa(i))
 		gauge(ch, descConns, float64(s.Conns), strconv.Itoa(i))
@@ -127,6 +142,25 @@ func boolGauge(b bool) float64 {
 	return 0
 }
 
+// collectPlatform exports the platform routes' counters, summed over the
+// shards.
+func collectPlatform(ch chan<- prometheus.Metric, p *shard.PlatformStats) {
+	for r := shard.AdmissionReason(0); r < shard.NumAdmissionReasons; r++ {
+		decision, reason := "deny", r.String()
+		if r == shard.AdmissionAdmit {
+			decision, reason = "admit", "none"
+		}
+		counter(ch, descPlatformDecisions, float64(p.Decisions[r]), decision, reason)
+	}
+	for i, route := range shard.PlatformRoutes {
+		counter(ch, descPlatformUnauth, float64(p.Unauthorized[i]), route)
+		counter(ch, descPlatformBad, float64(p.BadRequests[i]), route)
+	}
+	for i, result := range shard.UsageResults {
+		counter(ch, descPlatformUsage, float64(p.Usage[i]), result)
+	}
+}
+
 func counter(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, labels ...string) {
 	ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
 }
@@ -134,3 +168,18 @@ func counter(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, labels 
 func gauge(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, labels ...string) {
 	ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 }
+
+// buildInfoCollector is tollgated_build_info{version,revision,goversion} 1,
+// the usual way to put a binary's build in every dashboard.
+type buildInfoCollector struct{ m prometheus.Metric }
+
+var descBuildInfo = desc("build_info", "The build of this tollgated: always 1, with its version, VCS revision and Go version as labels.",
+	"version", "revision", "goversion")
+
+func newBuildInfoCollector() prometheus.Collector {
+	ver, revision, goVersion := buildInfo()
+	return buildInfoCollector{prometheus.MustNewConstMetric(descBuildInfo, prometheus.GaugeValue, 1, ver, revision, goVersion)}
+}
+
+func (c buildInfoCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descBuildInfo }
+func (c buildInfoCollector) Collect(ch chan<- prometheus.Metric) { ch <- c.m }

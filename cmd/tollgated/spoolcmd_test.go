@@ -95,7 +95,7 @@ func billedExcept(t *testing.T, dir string, a *acked, lost int) int {
 	return missing
 }
 
-// metric reads one sample from the admin API's /metrics.
+// metric reads one sample from the admin API's /metrics (0 if absent).
 func (p *proc) metric(name string) float64 {
 	p.t.Helper()
 	req, _ := http.NewRequest("GET", "http://"+p.adm+"/metrics", nil)
@@ -115,7 +115,6 @@ func (p *proc) metric(name string) float64 {
 			return f
 		}
 	}
-	p.t.Fatalf("no %s in /metrics", name)
 	return 0
 }
 

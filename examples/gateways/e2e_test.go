@@ -180,7 +180,7 @@ func (d *daemon) usage(id string, n int) []float64 {
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		m := d.call("GET", "/v1/accounts/"+id+"/usage", nil, http.StatusOK)
-		events, _ := m["usage"].([]any)
+		events, _ := m["items"].([]any) // a page of 100, newest first
 		if len(events) >= n || time.Now().After(deadline) {
 			units := make([]float64, len(events))
 			for i, e := range events {

@@ -19,32 +19,83 @@ func validName(what, id string) error {
 // AddKey implements ledger.Store. The account must exist. Adding a key
 // whose id exists is a no-op if the record is identical, else ErrConflict.
 func (s *Store) AddKey(ctx context.Context, k ledger.Key) error {
+	if err := validKey(&k); err != nil {
+		return err
+	}
+	return s.update(ctx, func(x *txn) error { return x.addKey(&k) })
+}
+
+func validKey(k *ledger.Key) error {
 	if err := validName("key", k.ID); err != nil {
 		return err
 	}
 	if err := k.Account.Validate(); err != nil {
 		return fmt.Errorf("%w: key %s: %w", ledger.ErrInvalid, k.ID, err)
 	}
-	return s.update(ctx, func(x *txn) error {
-		if _, err := x.account(k.Account); err != nil {
+	if len(k.Name) > maxNameLen {
+		return fmt.Errorf("%w: key %s: name of %d bytes", ledger.ErrInvalid, k.ID, len(k.Name))
+	}
+	return nil
+}
+
+// addKey stores k with its index entries, or does nothing if the identical
+// record is stored.
+func (x *txn) addKey(k *ledger.Key) error {
+	if _, err := x.account(k.Account); err != nil {
+		return err
+	}
+	keys := x.bucket(bucketKeys)
+	if v := keys.Get([]byte(k.ID)); v != nil {
+		old, err := decodeKey([]byte(k.ID), v)
+		if err != nil {
 			return err
 		}
-		keys := x.bucket(bucketKeys)
-		if v := keys.Get([]byte(k.ID)); v != nil {
-			old, err := decodeKey([]byte(k.ID), v)
-			if err != nil {
-				return err
-			}
-			if old != k {
-				return fmt.Errorf("%w: key %s", ledger.ErrConflict, k.ID)
-			}
-			return nil
+		if old != *k {
+			return fmt.Errorf("%w: key %s", ledger.ErrConflict, k.ID)
 		}
-		if err := keys.Put([]byte(k.ID), encodeKey(&k)); err != nil {
-			return err
-		}
-		return x.bucket(bucketKeyIndex).Put(pairKey(k.Account, k.ID), nil)
-	})
+		return nil
+	}
+	if err := x.putKey(nil, k); err != nil {
+		return err
+	}
+	return x.bucket(bucketKeyIndex).Put(pairKey(k.Account, k.ID), nil)
+}
+
+// putKey writes k, moving its expiry index entry from where old (nil for
+// a new key) had it.
+func (x *txn) putKey(old, k *ledger.Key) error {
+	if err := x.bucket(bucketKeys).Put([]byte(k.ID), encodeKey(k)); err != nil {
+		return err
+	}
+	var from []byte
+	if old != nil {
+		from = keyExpiryKey(old)
+	}
+	return moveIndex(x.bucket(bucketKeyExp), from, keyExpiryKey(k))
+}
+
+// keyExpiryKey indexes a live key with an expiry by when it expires.
+func keyExpiryKey(k *ledger.Key) []byte {
+	if k.Revoked || k.ExpiresAt == 0 {
+		return nil
+	}
+	return append(timeKey(make([]byte, 0, 8+len(k.ID)), k.ExpiresAt), k.ID...)
+}
+
+// loadKey reads key id; a key of another account is ErrNotFound.
+func (x *txn) loadKey(account core.AccountID, id string) (ledger.Key, error) {
+	v := x.bucket(bucketKeys).Get([]byte(id))
+	if v == nil {
+		return ledger.Key{}, fmt.Errorf("%w: key %q", ledger.ErrNotFound, id)
+	}
+	k, err := decodeKey([]byte(id), v)
+	if err != nil {
+		return ledger.Key{}, err
+	}
+	if k.Account != account {
+		return ledger.Key{}, fmt.Errorf("%w: key %q of %s", ledger.ErrNotFound, id, account)
+	}
+	return k, nil
 }
 
 // RevokeKey implements ledger.Store. A key of another account is
@@ -52,22 +103,12 @@ func (s *Store) AddKey(ctx context.Context, k ledger.Key) error {
 // the revoked key and changes nothing.
 func (s *Store) RevokeKey(ctx context.Context, account core.AccountID, keyID string) (k ledger.Key, err error) {
 	err = s.update(ctx, func(x *txn) error {
-		keys := x.bucket(bucketKeys)
-		v := keys.Get([]byte(keyID))
-		if v == nil {
-			return fmt.Errorf("%w: key %q", ledger.ErrNotFound, keyID)
-		}
-		if k, err = decodeKey([]byte(keyID), v); err != nil {
+		if k, err = x.loadKey(account, keyID); err != nil || k.Revoked {
 			return err
 		}
-		if k.Account != account {
-			return fmt.Errorf("%w: key %q of %s", ledger.ErrNotFound, keyID, account)
-		}
-		if k.Revoked {
-			return nil
-		}
+		old := k
 		k.Revoked = true
-		return keys.Put([]byte(keyID), encodeKey(&k))
+		return x.putKey(&old, &k)
 	})
 	if err != nil {
 		return ledger.Key{}, err
@@ -163,37 +204,6 @@ func (s *Store) PlatformTokens(ctx context.Context) (out []ledger.PlatformToken,
 		return nil, err
 	}
 	return out, nil
-}
-
-// AdminTokenDigest implements ledger.Store.
-func (s *Store) AdminTokenDigest(ctx context.Context) (d [32]byte, ok bool, err error) {
-	err = s.view(ctx, func(x *txn) error {
-		v := x.bucket(bucketMeta).Get(metaAdmin)
-		if v == nil {
-			return nil
-		}
-		if len(v) != len(d) {
-			return fmt.Errorf("%w: admin token digest of %d bytes", ErrCorrupt, len(v))
-		}
-		copy(d[:], v)
-		ok = true
-		return nil
-	})
-	return d, ok, err
-}
-
-// SetAdminTokenDigest implements ledger.Store: the first digest wins, so
-// two daemons bootstrapping at once agree on one admin token.
-func (s *Store) SetAdminTokenDigest(ctx context.Context, d [32]byte) (stored bool, err error) {
-	err = s.update(ctx, func(x *txn) error {
-		meta := x.bucket(bucketMeta)
-		if meta.Get(metaAdmin) != nil {
-			return nil
-		}
-		stored = true
-		return meta.Put(metaAdmin, d[:])
-	})
-	return stored && err == nil, err
 }
 
 // SecretFingerprint implements ledger.Store.

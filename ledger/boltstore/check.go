@@ -11,7 +11,8 @@ import (
 // Check implements ledger.Store: it streams every lease and then every
 // account through ledger.Conservation (L1–L5; a violation wraps
 // ledger.ErrNotConserved), and checks that both indexes hold exactly the
-// entries the records imply (a mismatch wraps ErrCorrupt). It reads one
+// entries the records imply (a mismatch wraps ErrCorrupt), keys and admin
+// tokens included. It reads one
 // consistent snapshot and runs beside writers.
 func (s *Store) Check(ctx context.Context) error {
 	return s.view(ctx, func(x *txn) error {
@@ -74,6 +75,9 @@ func (s *Store) Check(ctx context.Context) error {
 		if err := checkEventAges(x); err != nil {
 			return err
 		}
+		if err := checkKeys(x); err != nil {
+			return err
+		}
 		return c.Done()
 	})
 }
@@ -101,4 +105,34 @@ func checkEventAges(x *txn) error {
 		return fmt.Errorf("%w: event-age index has %d entries for %d remembered events", ErrCorrupt, len(indexed), n)
 	}
 	return nil
+}
+
+// checkKeys verifies that every key and admin token decodes and that the
+// key expiry index names exactly the live keys with an expiry.
+func checkKeys(x *txn) error {
+	index := x.bucket(bucketKeyExp)
+	expiring := 0
+	err := x.bucket(bucketKeys).ForEach(func(id, v []byte) error {
+		k, err := decodeKey(id, v)
+		if err != nil {
+			return err
+		}
+		if ek := keyExpiryKey(&k); ek != nil {
+			expiring++
+			if index.Get(ek) == nil {
+				return fmt.Errorf("%w: key %s expiring at %d is missing from the key expiry index", ErrCorrupt, k.ID, k.ExpiresAt)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if n := index.Stats().KeyN; n != expiring {
+		return fmt.Errorf("%w: key expiry index has %d entries for %d expiring keys", ErrCorrupt, n, expiring)
+	}
+	return x.bucket(bucketAdmins).ForEach(func(id, v []byte) error {
+		_, err := decodeAdminToken(id, v)
+		return err
+	})
 }

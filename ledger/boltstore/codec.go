@@ -296,11 +296,16 @@ func decodeUsage(v []byte) (ledger.Usage, error) {
 	return u, d.done()
 }
 
+// A key's layout since schema 3; decodeSchema2Key reads the one before it
+// (no name, expiry or last use), for the upgrade only.
 func encodeKey(k *ledger.Key) []byte {
-	e := newEncoder(48 + len(k.Account))
+	e := newEncoder(64 + len(k.Account) + len(k.Name))
 	e.string(string(k.Account))
+	e.string(k.Name)
 	e.digest(k.Digest)
 	e.int(k.CreatedAt)
+	e.int(k.ExpiresAt)
+	e.int(k.LastUsed)
 	e.bool(k.Revoked)
 	return e.b
 }
@@ -309,10 +314,42 @@ func decodeKey(id []byte, v []byte) (ledger.Key, error) {
 	d := newDecoder("key", v)
 	k := ledger.Key{ID: string(id)}
 	k.Account = core.AccountID(d.string())
+	k.Name = d.string()
+	k.Digest = d.digest()
+	k.CreatedAt = d.int()
+	k.ExpiresAt = d.int()
+	k.LastUsed = d.int()
+	k.Revoked = d.bool()
+	return k, d.done()
+}
+
+func decodeSchema2Key(id []byte, v []byte) (ledger.Key, error) {
+	d := newDecoder("schema-2 key", v)
+	k := ledger.Key{ID: string(id)}
+	k.Account = core.AccountID(d.string())
 	k.Digest = d.digest()
 	k.CreatedAt = d.int()
 	k.Revoked = d.bool()
 	return k, d.done()
+}
+
+func encodeAdminToken(t *ledger.AdminToken) []byte {
+	e := newEncoder(48 + len(t.Name))
+	e.string(t.Name)
+	e.digest(t.Digest)
+	e.int(t.CreatedAt)
+	e.bool(t.Revoked)
+	return e.b
+}
+
+func decodeAdminToken(id []byte, v []byte) (ledger.AdminToken, error) {
+	d := newDecoder("admin token", v)
+	t := ledger.AdminToken{ID: string(id)}
+	t.Name = d.string()
+	t.Digest = d.digest()
+	t.CreatedAt = d.int()
+	t.Revoked = d.bool()
+	return t, d.done()
 }
 
 func encodePlatformToken(t *ledger.PlatformToken) []byte {

@@ -66,10 +66,15 @@ func TestRecordsRoundTrip(t *testing.T) {
 			t.Fatalf("usage: %+v, %v\nwant %+v", got, err, u)
 		}
 
-		k := ledger.Key{ID: "k", Account: "acct", CreatedAt: rapid.Int64().Draw(t, "created"), Revoked: rapid.Bool().Draw(t, "revoked")}
+		k := ledger.Key{ID: "k", Account: "acct", Name: rapid.String().Draw(t, "name"), CreatedAt: rapid.Int64().Draw(t, "created"),
+			ExpiresAt: rapid.Int64().Draw(t, "expires"), LastUsed: rapid.Int64().Draw(t, "used"), Revoked: rapid.Bool().Draw(t, "revoked")}
 		copy(k.Digest[:], rapid.SliceOfN(rapid.Byte(), 32, 32).Draw(t, "digest"))
 		if got, err := decodeKey([]byte(k.ID), encodeKey(&k)); err != nil || got != k {
 			t.Fatalf("key: %+v, %v", got, err)
+		}
+		at := ledger.AdminToken{ID: "a", Name: k.Name, Digest: k.Digest, CreatedAt: k.CreatedAt, Revoked: k.Revoked}
+		if got, err := decodeAdminToken([]byte(at.ID), encodeAdminToken(&at)); err != nil || got != at {
+			t.Fatalf("admin token: %+v, %v", got, err)
 		}
 		p := ledger.PlatformToken{ID: "p", Digest: k.Digest, CreatedAt: k.CreatedAt, Revoked: k.Revoked}
 		if got, err := decodePlatformToken([]byte(p.ID), encodePlatformToken(&p)); err != nil || got != p {

@@ -183,10 +183,10 @@ func TestCheckFindsAnEventIndexedTwice(t *testing.T) {
 	}
 }
 
-// TestSchema2DebtIsRepaidOnUpgrade: schema 2 let an account owe overage
+// TestSchema3DebtIsRepaidOnUpgrade: schema 2 let an account owe overage
 // while it held a balance; opening such a file repays the debt from the
 // balance, so L1's new clause holds for every account afterwards.
-func TestSchema2DebtIsRepaidOnUpgrade(t *testing.T) {
+func TestSchema3DebtIsRepaidOnUpgrade(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	s, err := Open(path, Options{})
 	if err != nil {
@@ -207,7 +207,7 @@ func TestSchema2DebtIsRepaidOnUpgrade(t *testing.T) {
 		if err := tx.Bucket(bucketAccounts).Put([]byte("org"), v); err != nil {
 			return err
 		}
-		return tx.Bucket(bucketMeta).Put(metaSchema, u64Key(2))
+		return tx.Bucket(bucketMeta).Put(metaSchema, u64Key(3))
 	})
 	db.Close()
 	if err != nil {

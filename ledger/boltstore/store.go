@@ -23,8 +23,10 @@
 //     keeps each account's last Options.UsageHistory accepted events.
 //   - Deposit keys are kept per account with their units; a repeat is
 //     recognised before any other check, even after the account closed.
-//   - Listings (Accounts, Leases, Keys, PlatformTokens) are in id order;
-//     limits (Rollover, Reclaim, UsageOf, AuditLog) must be positive.
+//   - Listings (Accounts, Leases, Keys, PlatformTokens, AdminTokens and
+//     the paged ListAccounts, ListLeases) are in id order; limits
+//     (Rollover, Reclaim, UsageOf, AuditLog, ExpireKeys, pages) must be
+//     positive. A page reads a bounded number of records (pages.go).
 //   - Idempotent repeats (same spec, same budget, same deposit) commit an
 //     empty transaction: cheap, and simpler than a read-then-write race.
 package boltstore
@@ -44,8 +46,7 @@ import (
 
 // Bucket names. Layout (keys → values):
 //
-//	meta      "schema" → schema version; "admin" → admin token digest;
-//	          "secretfp" → server secret fingerprint
+//	meta      "schema" → schema version; "secretfp" → server secret fingerprint
 //	accounts  account id → account
 //	due       period end ⧺ account id → nil: accounts with a budget period, for Rollover
 //	children  parent id ⧺ 0 ⧺ account id → nil: every account with a parent, for Children
@@ -56,7 +57,9 @@ import (
 //	eventage  ingested at ⧺ event id → nil: every events entry, for ForgetEvents
 //	usage     account id → bucket of sequence → usage: recent accepted usage
 //	keys      key id → key;  keyindex  account id ⧺ 0 ⧺ key id → nil
+//	keyexpiry expires at ⧺ key id → nil: live keys with an expiry, for ExpireKeys
 //	tokens    platform token id → token
+//	admintokens admin token id → admin token (the bootstrap one is "bootstrap")
 //	audit     sequence → audit record
 var (
 	bucketMeta     = []byte("meta")
@@ -73,26 +76,32 @@ var (
 	bucketKeyIndex = []byte("keyindex")
 	bucketTokens   = []byte("tokens")
 	bucketAudit    = []byte("audit")
+	bucketKeyExp   = []byte("keyexpiry")
+	bucketAdmins   = []byte("admintokens")
 
 	allBuckets = [][]byte{bucketMeta, bucketAccounts, bucketDue, bucketChildren, bucketDeposits, bucketLeases, bucketExpiry,
-		bucketEvents, bucketEventAge, bucketUsage, bucketKeys, bucketKeyIndex, bucketTokens, bucketAudit}
+		bucketEvents, bucketEventAge, bucketUsage, bucketKeys, bucketKeyIndex, bucketKeyExp, bucketTokens, bucketAdmins, bucketAudit}
 
 	metaSchema = []byte("schema")
-	metaAdmin  = []byte("admin")
 	metaSecret = []byte("secretfp")
+	// metaAdmin held the one admin token digest of schema 1 and 2; schema 3
+	// keeps it as the bootstrap admin token.
+	metaAdmin = []byte("admin")
 )
 
 // schemaVersion is the layout above; Open upgrades a file of schema 1 (no
-// children or event-age index) or 2 (accounts without Repaid, leases
-// without Holder, and debts beside balances) in the transaction that opens
-// it, and refuses any other. The bump matters: a build of an older schema
-// refuses a newer file instead of writing records its rules would break.
-const schemaVersion = 3
+// children or event-age index), 2 (keys without name, expiry or last use;
+// one admin token) or 3 (accounts without Repaid, leases without Holder,
+// and debts beside balances) in the transaction that opens it, and refuses
+// any other. The bump matters: an older build refuses a newer file instead
+// of writing records its indexes miss or its rules would break (for
+// schema 2, finding no admin token and generating a second one).
+const schemaVersion = 4
 
-// migrateFrom2 settles the debts schema 2 let stand beside a balance:
-// schema 3 repays overage from arriving funds first (ledger.Repay), and
+// migrateFrom3 settles the debts schemas up to 3 let stand beside a
+// balance: schema 4 repays overage from arriving funds first (ledger.Repay), and
 // L1 now refuses an account that owes while holding a balance.
-func migrateFrom2(tx *bolt.Tx) error {
+func migrateFrom3(tx *bolt.Tx) error {
 	b := tx.Bucket(bucketAccounts)
 	type change struct {
 		id []byte
@@ -150,6 +159,53 @@ func migrateFrom1(tx *bolt.Tx, now int64) error {
 	return nil
 }
 
+// migrateFrom2 rewrites every key in schema 3's layout (none had an
+// expiry, so the expiry index starts empty) and turns the one admin token
+// digest into the bootstrap admin token.
+func migrateFrom2(tx *bolt.Tx) error {
+	if _, err := tx.CreateBucketIfNotExists(bucketKeyExp); err != nil {
+		return err
+	}
+	admins, err := tx.CreateBucketIfNotExists(bucketAdmins)
+	if err != nil {
+		return err
+	}
+	keys, err := tx.CreateBucketIfNotExists(bucketKeys)
+	if err != nil {
+		return err
+	}
+	var rewritten [][2][]byte
+	err = keys.ForEach(func(id, v []byte) error {
+		k, err := decodeSchema2Key(id, v)
+		if err != nil {
+			return err
+		}
+		rewritten = append(rewritten, [2][]byte{bytes.Clone(id), encodeKey(&k)})
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, kv := range rewritten { // not inside ForEach: bbolt forbids writes while iterating
+		if err := keys.Put(kv[0], kv[1]); err != nil {
+			return err
+		}
+	}
+	meta := tx.Bucket(bucketMeta)
+	d := meta.Get(metaAdmin)
+	if d == nil {
+		return nil
+	}
+	if len(d) != 32 {
+		return fmt.Errorf("%w: admin token digest of %d bytes", ErrCorrupt, len(d))
+	}
+	t := ledger.AdminToken{ID: ledger.BootstrapAdminTokenID, Name: ledger.BootstrapAdminTokenID, Digest: [32]byte(d)}
+	if err := admins.Put([]byte(t.ID), encodeAdminToken(&t)); err != nil {
+		return err
+	}
+	return meta.Delete(metaAdmin)
+}
+
 // OpenTimeout is how long Open waits for the file lock: bbolt allows one
 // process per file, and a second opener should fail fast and clearly, not
 // hang.
@@ -165,6 +221,11 @@ type Options struct {
 	// events are kept for UsageOf; older ones are deleted as new ones
 	// arrive. 0 means DefaultUsageHistory.
 	UsageHistory int
+	// NoSync skips the fsync of every commit: a crash (of the machine, not
+	// only the process) can then lose changes a call reported done. For
+	// tests and fuzzing, which commit thousands of changes a second to
+	// throw away; the daemon never sets it.
+	NoSync bool
 }
 
 // Store is a ledger.Store over one bbolt file.
@@ -189,7 +250,7 @@ func Open(path string, opts Options) (*Store, error) {
 	if opts.UsageHistory == 0 {
 		opts.UsageHistory = DefaultUsageHistory
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: OpenTimeout})
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: OpenTimeout, NoSync: opts.NoSync, NoGrowSync: opts.NoSync})
 	if errors.Is(err, bolt.ErrTimeout) {
 		return nil, fmt.Errorf("%w: %s (gave up after %s): %w", ErrLocked, path, OpenTimeout, err)
 	}
@@ -210,9 +271,19 @@ func Open(path string, opts Options) (*Store, error) {
 			if err := migrateFrom2(tx); err != nil {
 				return fmt.Errorf("boltstore: %s: upgrading schema 2: %w", path, err)
 			}
+			if err := migrateFrom3(tx); err != nil {
+				return fmt.Errorf("boltstore: %s: upgrading schema 3: %w", path, err)
+			}
 		case string(schema) == string(u64Key(2)):
 			if err := migrateFrom2(tx); err != nil {
 				return fmt.Errorf("boltstore: %s: upgrading schema 2: %w", path, err)
+			}
+			if err := migrateFrom3(tx); err != nil {
+				return fmt.Errorf("boltstore: %s: upgrading schema 3: %w", path, err)
+			}
+		case string(schema) == string(u64Key(3)):
+			if err := migrateFrom3(tx); err != nil {
+				return fmt.Errorf("boltstore: %s: upgrading schema 3: %w", path, err)
 			}
 		case string(schema) != string(u64Key(schemaVersion)):
 			return fmt.Errorf("boltstore: %s has schema %x, this build reads %d", path, schema, schemaVersion)

@@ -10,7 +10,7 @@
 // same directory again) to check that acknowledged changes are durable.
 //
 // What the suite requires beyond the ledger.Store comments: Accounts,
-// Leases, Keys and PlatformTokens list in id order; Close may be called
+// Leases, Keys, PlatformTokens and AdminTokens list in id order; Close may be called
 // once per opened store (Run never uses a store after closing it).
 package ledgertest
 
@@ -51,6 +51,13 @@ var cases = []struct {
 	{"RestartKeepsEverything", testRestartKeepsEverything},
 	{"ForgetEvents", testForgetEvents},
 	{"Children", testChildren},
+	{"ListAccounts", testListAccounts},
+	{"ListLeases", testListLeases},
+	{"ListUsage", testListUsage},
+	{"KeyExpiry", testKeyExpiry},
+	{"KeyRotation", testKeyRotation},
+	{"KeyLastUsed", testKeyLastUsed},
+	{"AdminTokens", testAdminTokens},
 	{"RandomSequences", testRandomSequences},
 }
 

@@ -72,6 +72,27 @@ func (b broken) ForgetEvents(ctx context.Context, before int64, limit int) (int,
 	return b.Store.ForgetEvents(ctx, before, limit)
 }
 
+func (b broken) ListAccounts(ctx context.Context, f ledger.AccountFilter, p ledger.Page) ([]ledger.Account, string, error) {
+	if b.bug == "account cursor ignored" {
+		p.After = ""
+	}
+	return b.Store.ListAccounts(ctx, f, p)
+}
+
+func (b broken) ExpireKeys(ctx context.Context, now int64, limit int) ([]ledger.Key, error) {
+	if b.bug == "key expiry ignores limit" {
+		limit = 1 << 20
+	}
+	return b.Store.ExpireKeys(ctx, now, limit)
+}
+
+func (b broken) RotateKey(ctx context.Context, account core.AccountID, oldID string, next ledger.Key, until int64) (ledger.Key, error) {
+	if b.bug == "rotation extends the grace" {
+		until += 1 << 40
+	}
+	return b.Store.RotateKey(ctx, account, oldID, next, until)
+}
+
 const bugEnv = "LEDGERTEST_BUG"
 
 // TestBrokenBackend runs the suite against a broken backend; it is the
@@ -97,7 +118,8 @@ func TestSuiteCatchesBrokenBackends(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the suite in child processes")
 	}
-	tests := []string{"Release", "Budgets", "Deposits", "RestartKeepsEverything", "GrantPolicy", "IngestLeaseUsage", "Rollover", "ForgetEvents"}
+	tests := []string{"Release", "Budgets", "Deposits", "RestartKeepsEverything", "GrantPolicy", "IngestLeaseUsage", "Rollover", "ForgetEvents",
+		"ListAccounts", "KeyExpiry", "KeyRotation"}
 	for _, c := range []struct {
 		bug  string
 		fail []string
@@ -109,6 +131,9 @@ func TestSuiteCatchesBrokenBackends(t *testing.T) {
 		{"rejections forgotten", []string{"IngestLeaseUsage", "RestartKeepsEverything"}},
 		{"rollover ignores limit", []string{"Rollover"}},
 		{"forgets by ingest time inclusive", []string{"ForgetEvents"}},
+		{"account cursor ignored", []string{"ListAccounts"}},
+		{"key expiry ignores limit", []string{"KeyExpiry"}},
+		{"rotation extends the grace", []string{"KeyRotation"}},
 	} {
 		name := cmp.Or(c.bug, "unbroken")
 		t.Run(strings.ReplaceAll(name, " ", "_"), func(t *testing.T) {

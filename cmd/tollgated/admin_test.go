@@ -1,0 +1,114 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgated/tollgated/admin"
+)
+
+// TestVersionNamesTheBuild: --version and tollgated_build_info say the
+// same version, revision and Go version.
+func TestVersionNamesTheBuild(t *testing.T) {
+	var out bytes.Buffer
+	if code := run([]string{"--version"}, noEnv, &out, io.Discard, nil); code != 0 {
+		t.Fatalf("--version exit %d", code)
+	}
+	ver, revision, goVersion := buildInfo()
+	want := "tollgated " + ver + " (revision " + revision + ", " + goVersion + ")\n"
+	if out.String() != want || !strings.HasPrefix(goVersion, "go1.") || ver == "" || revision == "" {
+		t.Fatalf("--version %q, want %q", out.String(), want)
+	}
+}
+
+func TestAdminMaxConnsFlag(t *testing.T) {
+	c, err := parseConfig([]string{"--admin-max-conns", "7"}, noEnv, io.Discard)
+	if err != nil || c.adminLimits.limits().MaxConns != 7 {
+		t.Fatalf("%+v %v", c.adminLimits, err)
+	}
+	c, err = parseConfig(nil, noEnv, io.Discard)
+	if err != nil || c.adminLimits.limits() != (admin.Limits{MaxConns: admin.DefaultLimits().MaxConns}) {
+		t.Fatalf("default %+v %v", c.adminLimits, err)
+	}
+	for _, bad := range []string{"0", "-1", "x", "10001"} {
+		if _, err := parseConfig([]string{"--admin-max-conns", bad}, noEnv, io.Discard); err == nil {
+			t.Errorf("--admin-max-conns %s accepted", bad)
+		}
+	}
+}
+
+// TestAdminListenerOfARealDaemon: the daemon serves the admin API with
+// its limits: idle sockets beyond --admin-max-conns are refused at once
+// (they starved the data plane of file descriptors), the health check
+// needs no token, and the build is in the metrics.
+func TestAdminListenerOfARealDaemon(t *testing.T) {
+	p := startProc(t, t.TempDir(), "--admin-max-conns", "4")
+	var idle []net.Conn
+	defer func() {
+		for _, c := range idle {
+			c.Close()
+		}
+	}()
+	for range 4 {
+		c, err := net.Dial("tcp", p.adm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, c)
+	}
+	time.Sleep(100 * time.Millisecond) // let the daemon accept them
+	for range 20 {
+		c, err := net.Dial("tcp", p.adm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		b, err := io.ReadAll(c)
+		c.Close()
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			t.Fatal("a connection beyond the cap was kept open")
+		}
+		if len(b) > 0 && !bytes.Contains(b, []byte(`"code":"too-many-connections"`)) {
+			t.Fatalf("refusal %q", b)
+		}
+	}
+	for _, c := range idle {
+		c.Close()
+	}
+	idle = nil
+	// Their slots free as the daemon reads their EOFs.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		resp, err := http.Get("http://" + p.adm + "/healthz")
+		var b []byte
+		if err == nil {
+			b, _ = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK && string(b) == "{\"status\":\"ok\"}\n" {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("health after the idle sockets closed: %v %s", err, b)
+		}
+	}
+	req, _ := http.NewRequest("GET", "http://"+p.adm+"/metrics", nil)
+	req.Header.Set("Authorization", "bearer "+testAdminToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !regexp.MustCompile(`(?m)^tollgated_build_info\{goversion="go1\.[^"]+",revision="[^"]+",version="[^"]+"\} 1$`).Match(b) {
+		t.Fatalf("no build info in the metrics:\n%s", b)
+	}
+	p.stop()
+}

@@ -1,0 +1,232 @@
+package boltstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/tollgated/tollgated/core"
+	"github.com/tollgated/tollgated/ledger"
+)
+
+// encodeSchema2Key is a key as schema 2 wrote it.
+func encodeSchema2Key(k *ledger.Key) []byte {
+	e := newEncoder(48)
+	e.string(string(k.Account))
+	e.digest(k.Digest)
+	e.int(k.CreatedAt)
+	e.bool(k.Revoked)
+	return e.b
+}
+
+// TestSchema2FileIsUpgraded: a file a schema-2 build wrote (keys in its
+// layout, the admin digest in meta) opens with every key as it was, the
+// digest as the bootstrap admin token, and passes Check; a schema-2 build
+// would then refuse it (it is marked with the current schema).
+func TestSchema2FileIsUpgraded(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.CreateAccount(ctx, ledger.AccountSpec{ID: "org"}, t0); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	keys := []ledger.Key{
+		{ID: "k1", Account: "org", Digest: [32]byte{1}, CreatedAt: t0},
+		{ID: "k2", Account: "org", Digest: [32]byte{2}, CreatedAt: t0 + 1, Revoked: true},
+	}
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketKeyExp, bucketAdmins} {
+			if err := tx.DeleteBucket(b); err != nil {
+				return err
+			}
+		}
+		for _, k := range keys {
+			if err := tx.Bucket(bucketKeys).Put([]byte(k.ID), encodeSchema2Key(&k)); err != nil {
+				return err
+			}
+			if err := tx.Bucket(bucketKeyIndex).Put(pairKey(k.Account, k.ID), nil); err != nil {
+				return err
+			}
+		}
+		meta := tx.Bucket(bucketMeta)
+		if err := meta.Put(metaAdmin, make([]byte, 32)); err != nil {
+			return err
+		}
+		return meta.Put(metaSchema, u64Key(2))
+	})
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if s, err = Open(path, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got, err := s.Keys(ctx, "org"); err != nil || !reflect.DeepEqual(got, keys) {
+		t.Fatalf("keys after the upgrade: %+v, %v", got, err)
+	}
+	admins, err := s.AdminTokens(ctx)
+	want := []ledger.AdminToken{{ID: ledger.BootstrapAdminTokenID, Name: ledger.BootstrapAdminTokenID}}
+	if err != nil || !reflect.DeepEqual(admins, want) {
+		t.Fatalf("admin tokens after the upgrade: %+v, %v", admins, err)
+	}
+	if d, ok, err := s.AdminTokenDigest(ctx); !ok || err != nil || d != ([32]byte{}) {
+		t.Fatalf("bootstrap digest: %x %v %v", d, ok, err)
+	}
+	if err := s.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var schema []byte
+	s.db.View(func(tx *bolt.Tx) error {
+		schema = tx.Bucket(bucketMeta).Get(metaSchema)
+		if tx.Bucket(bucketMeta).Get(metaAdmin) != nil {
+			t.Error("the schema-2 admin digest is still in meta")
+		}
+		return nil
+	})
+	if string(schema) != string(u64Key(3)) {
+		t.Fatalf("schema %x", schema)
+	}
+}
+
+// TestCheckFindsAWrongKeyExpiryEntry: an expiring key missing from the
+// index, or an index entry for a key that no longer expires, is reported.
+func TestCheckFindsAWrongKeyExpiryEntry(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, Options{})
+	if _, _, err := s.CreateAccount(ctx, ledger.AccountSpec{ID: "org"}, t0); err != nil {
+		t.Fatal(err)
+	}
+	k := ledger.Key{ID: "k", Account: "org", ExpiresAt: t0 + 1}
+	if err := s.AddKey(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for name, tamper := range map[string]func(tx *bolt.Tx) error{
+		"missing": func(tx *bolt.Tx) error { return tx.Bucket(bucketKeyExp).Delete(keyExpiryKey(&k)) },
+		"extra": func(tx *bolt.Tx) error {
+			other := k
+			other.ID = "ghost"
+			return tx.Bucket(bucketKeyExp).Put(keyExpiryKey(&other), nil)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			snapshot := keys(t, s, bucketKeyExp)
+			if err := s.db.Update(tamper); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Check(ctx); err == nil {
+				t.Fatal("Check passed")
+			}
+			s.db.Update(func(tx *bolt.Tx) error { // restore
+				tx.DeleteBucket(bucketKeyExp)
+				b, _ := tx.CreateBucket(bucketKeyExp)
+				for _, k := range snapshot {
+					b.Put(k, nil)
+				}
+				return nil
+			})
+		})
+	}
+}
+
+// TestExpireKeysWritesNothingWhenNothingIsDue: the sweep runs every second
+// from the admin API; with nothing due it must not commit (and fsync).
+func TestExpireKeysWritesNothingWhenNothingIsDue(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, Options{})
+	if _, _, err := s.CreateAccount(ctx, ledger.AccountSpec{ID: "org"}, t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddKey(ctx, ledger.Key{ID: "k", Account: "org", ExpiresAt: t0 + 10}); err != nil {
+		t.Fatal(err)
+	}
+	txid := func() (id int) {
+		s.db.View(func(tx *bolt.Tx) error { id = tx.ID(); return nil })
+		return id
+	}
+	before := txid()
+	if got, err := s.ExpireKeys(ctx, t0, 10); err != nil || len(got) != 0 {
+		t.Fatalf("expire: %+v, %v", got, err)
+	}
+	if after := txid(); after != before {
+		t.Fatalf("an idle sweep committed %d write transactions", after-before)
+	}
+	if got, err := s.ExpireKeys(ctx, t0+10, 10); err != nil || len(got) != 1 || txid() == before {
+		t.Fatalf("a due sweep: %+v, %v", got, err)
+	}
+}
+
+// TestFilteredPagesReadABoundedNumberOfAccounts: a status filter that
+// matches nothing among many accounts answers short pages with a cursor
+// (each reading at most maxPageScan accounts), not one long scan.
+func TestFilteredPagesReadABoundedNumberOfAccounts(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, Options{})
+	n := maxPageScan + maxPageScan/2
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		for i := range n {
+			a, err := ledger.NewAccount(ledger.AccountSpec{ID: core.AccountID(fmt.Sprintf("acct-%05d", i))}, nil)
+			if err != nil {
+				return err
+			}
+			if err := tx.Bucket(bucketAccounts).Put([]byte(a.ID), encodeAccount(&a)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := ledger.AccountFilter{ByStatus: true, Status: core.StatusSuspended}
+	page, next, err := s.ListAccounts(ctx, f, ledger.Page{Limit: 10})
+	if err != nil || len(page) != 0 || next != fmt.Sprintf("acct-%05d", maxPageScan-1) {
+		t.Fatalf("first page: %d accounts, next %q, %v", len(page), next, err)
+	}
+	page, next, err = s.ListAccounts(ctx, f, ledger.Page{After: next, Limit: 10})
+	if err != nil || len(page) != 0 || next != "" {
+		t.Fatalf("second page: %d accounts, next %q, %v", len(page), next, err)
+	}
+	if _, _, err := s.ListAccounts(ctx, f, ledger.Page{After: "Not An Id", Limit: 10}); !errors.Is(err, ledger.ErrInvalid) {
+		t.Fatalf("malformed cursor: %v", err)
+	}
+}
+
+// TestLeaseCursorAtTheLastIDEndsTheListing: the next id after it would
+// wrap to 0 and list everything again.
+func TestLeaseCursorAtTheLastIDEndsTheListing(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, Options{})
+	if _, _, err := s.CreateAccount(ctx, ledger.AccountSpec{ID: "org"}, t0); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Deposit(ctx, "org", 10, "d", t0); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Acquire(ctx, "org", "node-a", 5, 1, 60e9, t0); err != nil {
+		t.Fatal(err)
+	}
+	for _, active := range []bool{false, true} {
+		got, next, err := s.ListLeases(ctx, active, ledger.Page{After: "18446744073709551615", Limit: 10})
+		if err != nil || len(got) != 0 || next != "" {
+			t.Fatalf("active %v: %+v %q %v", active, got, next, err)
+		}
+	}
+}

@@ -1,0 +1,196 @@
+package boltstore
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+
+	"github.com/tollgated/tollgated/core"
+	"github.com/tollgated/tollgated/ledger"
+)
+
+// Paged listings. A cursor is the last item's key as text: an account id,
+// or a lease id or usage sequence in decimal. A page reads at most
+// maxPageScan records whatever its filter, so a filter that matches little
+// (suspended accounts among millions) costs a bounded read per page and
+// answers a short page with a cursor, never one long scan.
+const maxPageScan = 4096
+
+func checkPage(p ledger.Page) error {
+	if p.Limit <= 0 {
+		return fmt.Errorf("%w: page limit %d", ledger.ErrInvalid, p.Limit)
+	}
+	return nil
+}
+
+// seqCursor reads a decimal cursor; "" is 0.
+func seqCursor(after string) (uint64, error) {
+	if after == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseUint(after, 10, 64)
+	if err != nil || n == 0 {
+		return 0, fmt.Errorf("%w: cursor %q", ledger.ErrInvalid, after)
+	}
+	return n, nil
+}
+
+// ListAccounts implements ledger.Store. With a Parent it walks that
+// account's children index; otherwise the accounts themselves.
+func (s *Store) ListAccounts(ctx context.Context, f ledger.AccountFilter, p ledger.Page) (out []ledger.Account, next string, err error) {
+	if err := checkPage(p); err != nil {
+		return nil, "", err
+	}
+	if p.After != "" {
+		if err := core.AccountID(p.After).Validate(); err != nil {
+			return nil, "", fmt.Errorf("%w: cursor %q", ledger.ErrInvalid, p.After)
+		}
+	}
+	err = s.view(ctx, func(x *txn) error {
+		// Each index key ends in an account id after prefix.
+		var prefix []byte
+		b := x.bucket(bucketAccounts)
+		if f.Parent != "" {
+			if _, err := x.account(f.Parent); err != nil {
+				return err
+			}
+			prefix, b = childKey(f.Parent, ""), x.bucket(bucketChildren)
+		}
+		c := b.Cursor()
+		k, _ := c.Seek(append(bytes.Clone(prefix), p.After...))
+		if p.After != "" && k != nil && string(k[min(len(prefix), len(k)):]) == p.After {
+			k, _ = c.Next()
+		}
+		for scanned := 0; k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+			if len(out) == p.Limit || scanned == maxPageScan {
+				return nil
+			}
+			scanned++
+			id := core.AccountID(k[len(prefix):])
+			next = string(id)
+			a, err := x.account(id)
+			if err != nil {
+				return err
+			}
+			if !f.ByStatus || a.Status == f.Status {
+				out = append(out, *a)
+			}
+		}
+		next = "" // the index ended: nothing follows
+		return nil
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	return out, next, nil
+}
+
+// ListLeases implements ledger.Store. Active leases are read through the
+// expiry index (they are few: about one per busy account), every lease
+// through the leases themselves.
+func (s *Store) ListLeases(ctx context.Context, active bool, p ledger.Page) (out []ledger.Lease, next string, err error) {
+	if err := checkPage(p); err != nil {
+		return nil, "", err
+	}
+	after, err := seqCursor(p.After)
+	if err != nil || after == math.MaxUint64 {
+		return nil, "", err // nothing follows the last possible id
+	}
+	err = s.view(ctx, func(x *txn) error {
+		if active {
+			var ids []uint64
+			err := x.bucket(bucketExpiry).ForEach(func(k, _ []byte) error {
+				if id := seqOf(k[8:]); id > after {
+					ids = append(ids, id)
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			slices.Sort(ids)
+			for i, id := range ids {
+				if i == p.Limit {
+					next = strconv.FormatUint(ids[i-1], 10)
+					break
+				}
+				rec, err := x.lease(id)
+				if err != nil {
+					return err
+				}
+				out = append(out, rec.Lease)
+			}
+			return nil
+		}
+		c := x.bucket(bucketLeases).Cursor()
+		for k, v := c.Seek(u64Key(after + 1)); k != nil; k, v = c.Next() {
+			if len(out) == p.Limit {
+				next = strconv.FormatUint(out[len(out)-1].ID, 10)
+				return nil
+			}
+			rec, err := decodeLease(seqOf(k), v)
+			if err != nil {
+				return err
+			}
+			out = append(out, rec.Lease)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	return out, next, nil
+}
+
+// ListUsage implements ledger.Store: newest first, so the cursor is the
+// sequence of the last (oldest) event returned.
+func (s *Store) ListUsage(ctx context.Context, id core.AccountID, p ledger.Page) (out []ledger.Usage, next string, err error) {
+	if err := checkPage(p); err != nil {
+		return nil, "", err
+	}
+	before, err := seqCursor(p.After)
+	if err != nil {
+		return nil, "", err
+	}
+	err = s.view(ctx, func(x *txn) error {
+		if _, err := x.account(id); err != nil {
+			return err
+		}
+		b := x.bucket(bucketUsage).Bucket([]byte(id))
+		if b == nil {
+			return nil
+		}
+		c := b.Cursor()
+		k, v := c.Last()
+		if before != 0 {
+			// Start at the greatest sequence below before: Seek lands on
+			// before or past it (or nowhere, when everything is below it).
+			if k, v = c.Seek(u64Key(before)); k == nil {
+				k, v = c.Last()
+			}
+			for k != nil && seqOf(k) >= before {
+				k, v = c.Prev()
+			}
+		}
+		var last uint64
+		for ; k != nil; k, v = c.Prev() {
+			if len(out) == p.Limit {
+				next = strconv.FormatUint(last, 10)
+				return nil
+			}
+			u, err := decodeUsage(v)
+			if err != nil {
+				return fmt.Errorf("usage %x of %s: %w", k, id, err)
+			}
+			out, last = append(out, u), seqOf(k)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	return out, next, nil
+}
