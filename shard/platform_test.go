@@ -52,22 +52,24 @@ func TestAdmissionOfOrgAndWorkspaceIDs(t *testing.T) {
 	}
 }
 
-// TestAdmissionDeniesUnderAnInactiveAncestor: the chain is walked for
-// standing too, naming the ancestor's scope.
+// TestAdmissionDeniesUnderAnInactiveAncestor: an agent's snapshot carries
+// its chain's standing (the provisioner folds an ancestor's suspension or
+// closure in, naming its scope), and the admission answer names that scope.
 func TestAdmissionDeniesUnderAnInactiveAncestor(t *testing.T) {
 	h, _ := platformHarness(t)
-	set := func(id core.AccountID, scope core.Scope, st core.Status, gen uint64, ancestors ...core.AccountID) {
+	set := func(id core.AccountID, scope core.Scope, st core.Status, from core.Scope, gen uint64, ancestors ...core.AccountID) {
 		snap := testSnapshot(id)
-		snap.Generation, snap.Status, snap.Scope, snap.Ancestors = gen, st, scope, ancestors
+		snap.Generation, snap.Status, snap.Scope, snap.StatusScope, snap.Ancestors = gen, st, scope, from, ancestors
 		h.in.Push(Inbound{Kind: InInstall, Snap: snap})
 		h.s.Poll(t0)
 	}
-	set("ws", core.ScopeWorkspace, core.StatusSuspended, 2, "org")
+	set("a1", core.ScopeAgent, core.StatusSuspended, core.ScopeWorkspace, 5, "ws", "org")
 	if _, _, body := h.admission("?agent_id=a1"); string(body) != `{"decision":"deny","reason":"account_suspended","scope":"workspace","window":"none","reset_at":null}` {
 		t.Fatalf("under a suspended workspace: %s", body)
 	}
-	set("ws", core.ScopeWorkspace, core.StatusActive, 3, "org")
-	set("org", core.ScopeOrg, core.StatusClosed, 2)
+	set("a1", core.ScopeAgent, core.StatusClosed, core.ScopeOrg, 6, "ws", "org")
+	set("ws", core.ScopeWorkspace, core.StatusClosed, core.ScopeOrg, 5, "org")
+	set("org", core.ScopeOrg, core.StatusClosed, core.ScopeNone, 5)
 	for _, id := range []string{"a1", "ws", "org"} {
 		if _, _, body := h.admission("?agent_id=" + id); string(body) != `{"decision":"deny","reason":"account_closed","scope":"org","window":"none","reset_at":null}` {
 			t.Fatalf("%s under a closed org: %s", id, body)

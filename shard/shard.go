@@ -142,20 +142,21 @@ func New(cfg Config, in *ring.Doorbell[Inbound], out *ring.Doorbell[Outbound]) (
 		return nil, err
 	}
 	s := &Shard{
-		cfg:      cfg,
-		engine:   core.NewEngine(core.Config{MaxReservations: cfg.MaxReservations}),
-		hasher:   h,
-		cache:    credential.NewCache(cfg.CredentialCache),
-		keys:     make(map[core.Principal]credential.Digest),
-		platform: make(map[core.Principal]credential.Digest),
-		grantSeq: make(map[core.AccountID]uint64),
-		inbox:    in,
-		outbox:   out,
-		rng:      mrand.NewChaCha8(seed),
-		out:      make([]byte, 0, 512),
-		hdr:      make([]byte, 0, 32),
-		field:    make([]byte, 0, 128),
-		num:      make([]byte, 0, 32),
+		cfg:       cfg,
+		engine:    core.NewEngine(core.Config{MaxReservations: cfg.MaxReservations}),
+		hasher:    h,
+		cache:     credential.NewCache(cfg.CredentialCache),
+		keys:      make(map[core.Principal]credential.Digest),
+		platform:  make(map[core.Principal]credential.Digest),
+		grantSeq:  make(map[core.AccountID]uint64),
+		starvedAt: make(map[core.AccountID]int64),
+		inbox:     in,
+		outbox:    out,
+		rng:       mrand.NewChaCha8(seed),
+		out:       make([]byte, 0, 512),
+		hdr:       make([]byte, 0, 32),
+		field:     make([]byte, 0, 128),
+		num:       make([]byte, 0, 32),
 	}
 	if cfg.AckDurable {
 		s.acks = newAckQueue(cfg.AckQueue)

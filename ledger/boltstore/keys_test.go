@@ -98,7 +98,7 @@ func TestSchema2FileIsUpgraded(t *testing.T) {
 		}
 		return nil
 	})
-	if string(schema) != string(u64Key(3)) {
+	if string(schema) != string(u64Key(schemaVersion)) {
 		t.Fatalf("schema %x", schema)
 	}
 }
