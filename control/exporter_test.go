@@ -81,7 +81,7 @@ func TestExporterWaitsForEventsThePlaneClaimed(t *testing.T) {
 	spoolUsage(sp, claimed)
 	spoolUsage(sp, ledger.Usage{ID: [16]byte{3}, Account: "acme", Source: ledger.UsagePostPaid, Units: 1})
 	claims := NewPostPaidClaims()
-	claims.claim([]ledger.Usage{claimed})
+	claims.Claim([]ledger.Usage{claimed})
 	e := NewExporter(sp, store, 256)
 	e.Claims = claims
 	if err := e.Export(context.Background()); err != nil {
@@ -90,7 +90,7 @@ func TestExporterWaitsForEventsThePlaneClaimed(t *testing.T) {
 	if st := e.Stats(); st.Accepted != 1 || st.Exported != 1 {
 		t.Fatalf("with a claim: %+v, want to stop before the claimed event", st)
 	}
-	claims.release([]ledger.Usage{claimed})
+	claims.Unclaim([]ledger.Usage{claimed})
 	if err := e.Export(context.Background()); err != nil {
 		t.Fatal(err)
 	}

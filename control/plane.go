@@ -332,11 +332,11 @@ func (p *Plane) execute(now int64) int {
 			})
 		case plane.EffectClaim:
 			if p.cfg.Claims != nil {
-				p.cfg.Claims.claim(e.Ingest.Events)
+				p.cfg.Claims.Claim(e.Ingest.Events)
 			}
 		case plane.EffectUnclaim:
 			if p.cfg.Claims != nil {
-				p.cfg.Claims.release(e.Ingest.Events)
+				p.cfg.Claims.Unclaim(e.Ingest.Events)
 			}
 		case plane.EffectFundingChanged:
 			if f := p.cfg.FundingChanged; f != nil {

@@ -20,7 +20,7 @@ import (
 // Changes are pushed to the shards through the plane the moment they are
 // made: a suspension stops admissions within one plane iteration.
 type Provisioner struct {
-	plane *Plane
+	plane Target
 	store ledger.Store
 	// Now reads the clock; tests inject one.
 	Now func() int64
@@ -49,8 +49,19 @@ const (
 	forgetBatches = 16
 )
 
+// Target is where a Provisioner publishes: the running Plane, or a
+// simulator driving the plane's state machine.
+type Target interface {
+	Install(snap *core.Snapshot) error
+	BindKey(d credential.Digest, account core.AccountID) error
+	RevokeKey(d credential.Digest) error
+	BindPlatformToken(d credential.Digest) error
+	RevokePlatformToken(d credential.Digest) error
+	FundingChanged(id core.AccountID, ev core.FundingEvidence)
+}
+
 // NewProvisioner returns a provisioner publishing store's state to p.
-func NewProvisioner(p *Plane, store ledger.Store) *Provisioner {
+func NewProvisioner(p Target, store ledger.Store) *Provisioner {
 	return &Provisioner{plane: p, store: store, Now: func() int64 { return time.Now().UnixNano() },
 		Grace: 10 * time.Second, EventRetention: DefaultEventRetention}
 }

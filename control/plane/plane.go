@@ -222,7 +222,9 @@ func (m *Machine) FromShard(from int, msg *shard.Outbound, now int64) {
 		m.dur.Commit(from, msg.Seq, msg.Usage.RequestID, m.scratch, now)
 	case shard.OutRefill:
 		m.stats.Refills++
-		m.fund.Refill(from, msg.Account, msg.Needed, msg.Seq, now)
+		// A shard that refused a quote still holds what its slice has
+		// left: it needs only the difference.
+		m.fund.Refill(from, msg.Account, msg.Needed-min(msg.Units, msg.Needed), msg.Seq, now)
 	case shard.OutReturn:
 		m.fund.Return(from, msg.Account, msg.Token, msg.Units, now)
 	case shard.OutForward:
@@ -489,3 +491,6 @@ func (o durabilityOut) Durable(ticket uint64) {
 		m.effects = append(m.effects, Effect{Kind: EffectCall, Call: w})
 	}
 }
+
+// Debug describes an account's funding (for the simulator's failure reports).
+func (m *Machine) Debug(id string) string { return m.fund.Debug(id) }
