@@ -66,7 +66,7 @@ type Faults struct {
 func DefaultConfig(seed uint64, dir string) Config {
 	return Config{Seed: seed, Dir: dir, Shards: 3, Steps: 4000, RingSize: 64, LeaseTTL: 10e9, LeaseGrace: 10e9,
 		FundingWait: 50e6,
-		Faults: Faults{LedgerError: 0.02, LedgerSlow: 0.02, SpoolLag: 0.3, Crash: 0.002, IdleJump: 0.004, DayJump: 0.0005}}
+		Faults:      Faults{LedgerError: 0.02, LedgerSlow: 0.02, SpoolLag: 0.3, Crash: 0.002, IdleJump: 0.004, DayJump: 0.0005}}
 }
 
 // World is the simulator's state.
@@ -97,7 +97,7 @@ type ledgerCall struct {
 // Stats counts a run.
 type Stats struct {
 	Steps, Crashes, Requests, Admitted, Refused, LedgerCalls int
-	spooled                                                    int
+	spooled                                                  int
 }
 
 // account is a simulated account and what its clients were told.
