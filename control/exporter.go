@@ -85,30 +85,48 @@ func (e *Exporter) Wake() {
 	}
 }
 
-// Run exports until stop closes: on every wake, and every interval anyway.
-// A failing ledger is retried with backoff; nothing is dropped.
+// Run exports until stop closes: after each Wake (the spool calls it when
+// more usage is durable), at most once per interval, so a busy node bills in
+// batches; and not at all while nothing new is durable, so an idle node's
+// exporter does not wake. A failing ledger is retried with backoff (up to
+// 5 s); nothing is dropped.
 func (e *Exporter) Run(stop <-chan struct{}, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
 	backoff := interval
 	for {
 		select {
 		case <-stop:
 			return
 		case <-e.wake:
-		case <-t.C:
 		}
+		wait := interval
 		if err := e.export(context.Background(), false); err != nil {
 			backoff = min(2*backoff, 5*time.Second)
-			select {
-			case <-stop:
-				return
-			case <-time.After(backoff):
+			wait = backoff
+			e.Wake() // what failed is still to export
+		} else {
+			backoff = interval
+			if e.pending() {
+				e.Wake()
 			}
-			continue
 		}
-		backoff = interval
+		select {
+		case <-stop:
+			return
+		case <-time.After(wait):
+		}
 	}
+}
+
+// pending reports whether durable records wait for export, or exported
+// ones for their release mark.
+func (e *Exporter) pending() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	upTo := e.after
+	if e.Floor != nil {
+		upTo = min(upTo, e.Floor())
+	}
+	return e.after < e.spool.Durable() || upTo > e.released
 }
 
 // releaseEvery spaces out the spool's release marks (each one is a small

@@ -67,6 +67,7 @@ func newNode(t *testing.T, n int, lc LeaseConfig) *node {
 	nd.plane = p
 	nd.exporter = NewExporter(nd.spool, store, 256)
 	nd.exporter.Claims, nd.exporter.Floor = claims, p.Floor
+	nd.spool.onDurable = nd.exporter.Wake
 	nd.prov = NewProvisioner(p, store)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup

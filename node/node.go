@@ -353,6 +353,7 @@ func (r *runner) loopConfig() httploop.Config {
 	lc := r.cfgLoop
 	lc.Wake = r.in
 	lc.OnWake = func() { r.s.Poll(r.now) }
+	lc.Quiet = r.s.Quiet
 	lc.OnTick = func(now int64) {
 		r.now = now
 		r.s.Poll(now)

@@ -112,3 +112,12 @@ func (p *PlatformStats) Add(o *PlatformStats) {
 		p.Usage[i] += o.Usage[i]
 	}
 }
+
+// Quiet reports whether the shard has nothing due soon: no reservation in
+// flight (their deadlines are swept), no request waiting for funding, no
+// answer waiting for durability and no message waiting for ring room. Its
+// loop may then sleep longer between ticks. Call it on the shard's thread.
+func (s *Shard) Quiet() bool {
+	return s.engine.InFlight() == 0 && len(s.waits.order) == 0 && s.acks.head == s.acks.tail &&
+		len(s.pendingOut) == 0
+}

@@ -46,6 +46,7 @@ type daemon struct {
 	grace    time.Duration
 	out      io.Writer                     // where the generated admin token is printed, once
 	plane    atomic.Pointer[control.Plane] // for the spool's durability callback
+	exported atomic.Pointer[control.Exporter]
 }
 
 // startDaemon brings tollgated up in dependency order; on any failure it
@@ -190,6 +191,9 @@ func (d *daemon) openSpool(cfg config) error {
 		if p := d.plane.Load(); p != nil {
 			p.Kick()
 		}
+		if e := d.exported.Load(); e != nil {
+			e.Wake()
+		}
 	}})
 	if err != nil {
 		return spoolHint(err, cfg.dataDir)
@@ -204,6 +208,7 @@ func (d *daemon) openSpool(cfg config) error {
 		d.log.Info().Int("events", replayed).Msg("usage spool replayed; billing it")
 	}
 	d.exporter = control.NewExporter(s, d.store, exportBatch)
+	d.exported.Store(d.exporter)
 	d.claims = control.NewPostPaidClaims()
 	d.exporter.Claims = d.claims
 	d.exporter.Resume(s.Stats().Released)
