@@ -90,11 +90,11 @@ func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err 
 		}
 		log.Warn().Msg("demo account \"demo\" provisioned with --demo-key (for trying tollgated, not for production keys)")
 	}
-	if err := d.openSpool(cfg); err != nil {
-		return nil, err
-	}
 	nodeID, err := nodeIdentity(cfg)
 	if err != nil {
+		return nil, err
+	}
+	if err := d.openSpool(cfg, nodeID); err != nil {
 		return nil, err
 	}
 	if err := d.recover(ctx, nodeID); err != nil {
@@ -184,7 +184,7 @@ func pickCPUs(cfg config, log zerolog.Logger) ([]int, error) {
 
 // openSpool opens the usage spool and counts what a previous run left in
 // it; the exporter bills that first.
-func (d *daemon) openSpool(cfg config) error {
+func (d *daemon) openSpool(cfg config, nodeID string) error {
 	// Durable usage wakes the plane (answers wait on it), not the exporter:
 	// the exporter runs on its interval, in big batches.
 	s, err := spool.Open(filepath.Join(cfg.dataDir, spoolDir), spool.Options{FlushInterval: groupCommit(cfg.groupCommit), OnDurable: func(uint64) {
@@ -207,7 +207,7 @@ func (d *daemon) openSpool(cfg config) error {
 	if replayed > 0 {
 		d.log.Info().Int("events", replayed).Msg("usage spool replayed; billing it")
 	}
-	d.exporter = control.NewExporter(s, d.store, exportBatch)
+	d.exporter = control.NewExporter(s, d.store, nodeID, exportBatch)
 	d.exported.Store(d.exporter)
 	d.claims = control.NewPostPaidClaims()
 	d.exporter.Claims = d.claims
@@ -302,7 +302,8 @@ func (d *daemon) shutdown() {
 	close(d.stop)
 	<-d.done
 	st := d.exporter.Stats()
-	d.log.Info().Uint64("accepted", st.Accepted).Uint64("duplicate", st.Duplicate).Uint64("rejected", st.Rejected).
+	d.log.Info().Uint64("events", st.Events).Uint64("settlements", st.Settlements).Uint64("units_billed", st.UnitsBilled).
+		Uint64("units_rejected", st.UnitsRejected).Uint64("post_paid_accepted", st.PostAccepted).
 		Msg("usage exported")
 	d.close()
 }

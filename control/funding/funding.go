@@ -190,7 +190,11 @@ type Machine struct {
 	// blocked[i] are accounts with a grant for shard i that found its
 	// queue full; Drained(i) serves them again.
 	blocked [][]*account
-	stats   Stats
+	// recalling are retired leases whose slices are not all back, by the
+	// order they were retired in (retired counts retirements): see Recalled.
+	recalling map[*lease]uint64
+	retired   uint64
+	stats     Stats
 }
 
 // pending is a call in flight or waiting to be sent.
@@ -245,7 +249,23 @@ func New(cfg Config, out Out) *Machine {
 	cfg.setDefaults()
 	return &Machine{cfg: cfg, out: out, accounts: make(map[core.AccountID]*account),
 		under: make(map[core.AccountID][]*account), calls: make(map[uint64]*pending),
-		blocked: make([][]*account, cfg.Shards)}
+		blocked: make([][]*account, cfg.Shards), recalling: make(map[*lease]uint64)}
+}
+
+// Retired is how many leases were retired so far: a mark for Recalled.
+func (m *Machine) Retired() uint64 { return m.retired }
+
+// Recalled reports whether every lease among the first mark retired has
+// all its slices back from the shards: no shard can spend from them any
+// more. A caller that must not answer before a debt stops its account
+// (post-paid usage) waits for it.
+func (m *Machine) Recalled(mark uint64) bool {
+	for l, seq := range m.recalling {
+		if seq <= mark && l.out > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // Stats returns the machine's counters.
@@ -732,10 +752,12 @@ func (m *Machine) handBack(a *account, l *lease, now int64) {
 	}
 	a.retiring = append(a.retiring, l)
 	m.stats.HandedBack++
+	m.retired++
 	if l.out == 0 {
 		m.quiesced(a, l)
 		return
 	}
+	m.recalling[l] = m.retired
 	m.askBack(a, l)
 	m.arm(a, now)
 }
@@ -755,6 +777,7 @@ func (m *Machine) quiesced(a *account, l *lease) {
 	if l.out != 0 || l.asked {
 		return
 	}
+	delete(m.recalling, l)
 	if l.pool+l.spent != l.granted {
 		invariant.Violated(invariant.LeaseBooks, "a quiescent node lease's pool + spent != granted")
 	}

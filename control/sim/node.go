@@ -36,6 +36,7 @@ type node struct {
 	claims     *control.PostPaidClaims
 	calls      []timedCall // ledger calls in flight, by due time
 	changed    []core.AccountID
+	refreshed  []*plane.Ingest // post-paid batches whose accounts' evidence changed
 	popBuf     [64]shard.Outbound
 	nextExport int64
 	nextMaint  int64
@@ -72,7 +73,7 @@ func (w *World) startNode() *node {
 	}
 	// Recovery runs before the plane exists: it may spool bills for open
 	// commits, and the plane numbers records after them.
-	n.exporter = control.NewExporter(w.spool, w.store, 64)
+	n.exporter = control.NewExporter(w.spool, w.store, "sim-node", 64)
 	n.exporter.Claims = n.claims
 	n.exporter.Resume(w.spool.released)
 	if _, err := control.Recover(context.Background(), w.store, w.spool, n.exporter, "sim-node", w.now); err != nil {
@@ -173,6 +174,10 @@ func (n *node) pump() {
 			ids := n.changed
 			n.changed = nil
 			n.prov.UsageChanged(ids)
+			for _, in := range n.refreshed {
+				n.m.Refreshed(in)
+			}
+			n.refreshed = n.refreshed[:0]
 			worked++
 		}
 		if worked == 0 {
@@ -236,6 +241,7 @@ func (n *node) execute() int {
 			n.claims.Unclaim(e.Ingest.Events)
 		case plane.EffectFundingChanged:
 			n.changed = append(n.changed, e.Accounts...)
+			n.refreshed = append(n.refreshed, e.Ingest)
 		}
 	}
 	k := len(effects)
