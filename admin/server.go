@@ -35,6 +35,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/credential"
@@ -80,6 +81,9 @@ type Config struct {
 	// Holdings, when set, tells the account view what this node's leases
 	// hold unspent, so "available" counts it (see fundsView). Optional.
 	Holdings Holdings
+	// Tracing makes the admin requests' spans (tracing.go); nil means the
+	// process's global provider (a no-op unless one was set).
+	Tracing trace.TracerProvider
 }
 
 // Server serves the admin API.
@@ -93,6 +97,7 @@ type Server struct {
 	scrape   http.Handler // promhttp over reg
 	handler  http.Handler
 	holdings Holdings
+	tracing  trace.TracerProvider
 
 	// mu serialises changes. The ledger makes each change atomic, but an
 	// audit record's before is read just ahead of the change: holding mu
@@ -116,7 +121,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		store: cfg.Store, hasher: cfg.Hasher, pub: cfg.Publisher, reg: cfg.Registry,
-		now: cfg.Now, log: cfg.Log, rand: cfg.Rand, holdings: cfg.Holdings,
+		now: cfg.Now, log: cfg.Log, rand: cfg.Rand, holdings: cfg.Holdings, tracing: cfg.Tracing,
 	}
 	if s.reg == nil {
 		s.reg = prometheus.NewRegistry()
@@ -133,7 +138,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.metrics = m
 	s.scrape = promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{})
-	s.handler = s.routes()
+	s.handler = s.traced(s.routes())
 	return s, nil
 }
 

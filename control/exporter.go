@@ -176,7 +176,9 @@ func (e *Exporter) exportBatch(ctx context.Context) (int, error) {
 		e.after = max(e.after, last)
 		return 0, nil
 	}
+	ctx, span := startSpan(ctx, "export.ingest", attrEvents.Int(len(e.events)))
 	results, err := e.store.Ingest(ctx, e.events, time.Now().UnixNano())
+	endSpan(span, err)
 	if err != nil {
 		return 0, err
 	}
