@@ -193,6 +193,7 @@ func (s *Server) routes() http.Handler {
 	// /debug/pprof/, before authentication.
 	mux.Handle("/debug/pprof", s.instrument("unmatched", s.dispatch(methods{}, true)))
 	mux.Handle("/healthz", s.instrument("/healthz", http.HandlerFunc(s.health)))
+	s.mountUI(mux) // the dashboard (ui.go)
 	// Everything else: 404 as a problem (after authentication, so the
 	// listener does not reveal which paths exist).
 	unmatched := s.instrument("unmatched", s.dispatch(methods{}, true))
