@@ -122,6 +122,29 @@ func answerError(resp *http.Response, raw []byte) error {
 	return &problem{Status: resp.StatusCode, Code: "unexpected-answer", Detail: fmt.Sprintf("%s answered %q", resp.Request.URL.Redacted(), text)}
 }
 
+// health calls GET /healthz, the one route that takes no token.
+func (c *client) health(ctx context.Context) ([]byte, error) {
+	u := *c.base
+	u.Path += "/healthz"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, answerError(resp, raw)
+	}
+	return raw, nil
+}
+
 // get decodes a GET answer into out.
 func (c *client) get(ctx context.Context, path string, query url.Values, out any) error {
 	raw, err := c.do(ctx, http.MethodGet, path, query, nil)

@@ -138,7 +138,7 @@ Errors from the API are shown with their status and stable code, exit 1.`,
 	f.DurationVar(&a.timeout, "timeout", 30*time.Second, "time allowed for each API call")
 	root.AddCommand(a.accountsCommand(), a.budgetsCommand(), a.depositsCommand(), a.keysCommand(),
 		a.platformTokensCommand(), a.adminTokensCommand(), a.usageCommand(), a.leasesCommand(),
-		a.auditCommand(), a.topCommand(), a.versionCommand())
+		a.auditCommand(), a.topCommand(), a.healthCommand(), a.versionCommand())
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	return root
 }
@@ -173,6 +173,27 @@ func (a *app) connect(cmd *cobra.Command) error {
 	}
 	a.c = c
 	return nil
+}
+
+// healthCommand asks the node's /healthz, which needs no token: exit 0
+// when it answers 200, else 1. The container image's HEALTHCHECK runs it.
+func (a *app) healthCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "health",
+		Short: "Check the node's health (GET /healthz, no token needed): exit 0 when healthy",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			raw, err := a.c.health(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return a.printJSON(raw)
+			}
+			fmt.Fprintln(a.out, "healthy")
+			return nil
+		},
+	}
 }
 
 func (a *app) versionCommand() *cobra.Command {

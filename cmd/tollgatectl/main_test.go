@@ -231,6 +231,13 @@ func TestErrorsAreClear(t *testing.T) {
 	if code, out, _ := c.run("completion", "bash"); code != 0 || !strings.Contains(out, "bash completion") {
 		t.Errorf("completion bash: exit %d", code)
 	}
+	if code, out, _ := noToken.run("health"); code != 0 || out != "healthy\n" {
+		t.Errorf("health: exit %d %q", code, out)
+	}
+	down := &ctl{t: t, env: map[string]string{"TOLLGATE_ADMIN_URL": "http://127.0.0.1:1"}}
+	if code, _, errOut := down.run("health"); code != 1 || !strings.Contains(errOut, "connection refused") {
+		t.Errorf("health of nothing: exit %d %q", code, errOut)
+	}
 	if code, out, _ := c.run("version"); code != 0 || !strings.HasPrefix(out, "tollgatectl ") {
 		t.Errorf("version: exit %d %q", code, out)
 	}
