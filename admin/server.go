@@ -9,7 +9,8 @@
 // every error, the listener's own included, is a problem+json with a
 // stable code (problem.go, listener.go).
 //
-// Every request but GET /healthz needs Authorization: Bearer <admin token>
+// Every request but GET /healthz and the dashboard's files (/ui, ui.go)
+// needs Authorization: Bearer <admin token>
 // (EnsureAdminToken provisions the first; more are created through the
 // API). Every change is made in the ledger first, then recorded as an audit
 // record (the admin token's id as actor, before and after), then handed to
