@@ -88,11 +88,12 @@ func (a *app) printTable(cols []column, rows []record) {
 	tw.Flush()
 }
 
-// printFields writes one record as "name: value" lines.
+// printFields writes one record as "name: value" lines (a table's
+// headings, in lower case).
 func (a *app) printFields(r record, cols []column) {
 	tw := tabwriter.NewWriter(a.out, 0, 0, 2, ' ', 0)
 	for _, c := range cols {
-		fmt.Fprintf(tw, "%s:\t%s\n", c.head, r.str(c.field))
+		fmt.Fprintf(tw, "%s:\t%s\n", strings.ToLower(c.head), r.str(c.field))
 	}
 	tw.Flush()
 }
