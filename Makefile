@@ -9,6 +9,7 @@ all: build
 
 build:
 	$(GO) build -o $(BIN)/tollgated ./cmd/tollgated
+	$(GO) build -o $(BIN)/tollgatectl ./cmd/tollgatectl
 	$(GO) build -o $(BIN)/loadtest ./cmd/loadtest
 
 # run starts tollgated with embedded defaults: no external service needed.

@@ -236,7 +236,9 @@ func (e *Exporter) exportBatch(ctx context.Context) (int, error) {
 		}
 	}
 	st := e.fold.settlement(e.node, from, last)
+	ctx, span := startSpan(ctx, "export.settle", attrEvents.Int(int(st.Events)))
 	res, err := e.store.Settle(ctx, st, time.Now().UnixNano())
+	endSpan(span, err)
 	if err != nil {
 		return 0, err
 	}

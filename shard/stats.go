@@ -74,6 +74,10 @@ var UsageResults = [NumUsageResults]string{"accepted", "duplicate", "rejected", 
 type publishedStats struct {
 	mu sync.Mutex // taken once per tick by the shard and per scrape: never on a request
 	s  Stats
+	// The latency histograms (latency.go) are kept apart from Stats: they
+	// are most of its size, and are copied once per tick, here, only.
+	lat     Latency
+	untimed uint64
 }
 
 // PublishStats copies the shard's counters for Stats. Call it on the
@@ -86,7 +90,20 @@ func (s *Shard) PublishStats() {
 		InternalErrors: s.internalErrors, Platform: s.platformStats}
 	s.pub.mu.Lock()
 	s.pub.s = st
+	if !s.lat.off {
+		s.pub.lat, s.pub.untimed = s.lat.hist, s.lat.untimed
+	}
 	s.pub.mu.Unlock()
+}
+
+// Latency copies the latency histograms last published into dst and
+// returns how many postponed answers went untimed (latency.go). Any
+// goroutine may call it.
+func (s *Shard) Latency(dst *Latency) (untimed uint64) {
+	s.pub.mu.Lock()
+	defer s.pub.mu.Unlock()
+	*dst = s.pub.lat
+	return s.pub.untimed
 }
 
 // Stats returns the counters last published. Any goroutine may call it.

@@ -91,8 +91,12 @@ func TestAnIdleDaemonCostsNothingAfterLoad(t *testing.T) {
 	if dOps > 1 { // at most the one hand-back of the idle lease
 		t.Fatalf("idle daemon made %.0f lease operations in 4 s", dOps)
 	}
-	if dTicks > 8 { // 2% of a core: the soak script measures the real figure
-		t.Fatalf("idle daemon used %d CPU ticks in 4 s", dTicks)
+	limit := 8 // 2% of a core: the soak script measures the real figure
+	if raceEnabled {
+		limit = 24
+	}
+	if dTicks > limit {
+		t.Fatalf("idle daemon used %d CPU ticks in 4 s (limit %d)", dTicks, limit)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/rs/zerolog"
 
 	"github.com/tollgated/tollgated/admin"
@@ -252,7 +253,8 @@ func (d *daemon) startAdmin(ctx context.Context, cfg config, hasher *credential.
 		fmt.Fprintf(d.out, "admin token (shown once; set TOLLGATED_ADMIN_TOKEN to choose your own): %s\n", token)
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(newNodeCollector(d), newBuildInfoCollector())
+	reg.MustRegister(newNodeCollector(d), newBuildInfoCollector(),
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv, err := admin.New(admin.Config{Store: d.store, Hasher: hasher, Publisher: d.prov, Registry: reg, Log: d.log,
 		Holdings: planeHoldings{d.node.Plane()}})
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/invariant"
+	"github.com/tollgated/tollgated/node"
 	"github.com/tollgated/tollgated/shard"
 )
 
@@ -43,6 +44,8 @@ var (
 	descSpoolBroken = desc("spool_broken", "1 once the spool failed a write or sync: nothing more becomes durable, billing answers stop.")
 	descInvariants  = desc("invariant_violations_total", "Broken invariants by kind: each is a bug, logged as an error when it happens.", "kind")
 	descDroppedB    = desc("spool_recovery_dropped_bytes_total", "Bytes the spool cut from a torn or damaged tail when it opened.")
+	descLatency     = desc("request_duration_seconds", "Data-plane answers by route: from the shard loop's wake-up that read the request to its answer being ready (after durability, funding waits and forwarding).", "route")
+	descUntimed     = desc("request_duration_untimed_total", "Postponed data-plane answers left out of tollgated_request_duration_seconds because their timing slot was reused first.")
 
 	descInternal = desc("internal_errors_total", "Requests answered 500 internal: a panic recovered while decoding one (the first per shard is logged with its stack). Anything but 0 is a bug.")
 	// The platform routes (seed 000). An agent admits on every answer
@@ -103,6 +106,7 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter(ch, descInternal, float64(internal))
 	collectPlatform(ch, &platform)
+	collectLatency(ch, d.node)
 	for i, s := range d.node.Stats() {
 		counter(ch, descRequests, float64(s.Requests), strconv.Itoa(i))
 		gauge(ch, descConns, float64(s.Conns), strconv.Itoa(i))
@@ -165,6 +169,32 @@ func collectPlatform(ch chan<- prometheus.Metric, p *shard.PlatformStats) {
 	for i, result := range shard.UsageResults {
 		counter(ch, descPlatformUsage, float64(p.Usage[i]), result)
 	}
+}
+
+// latencyBuckets are the shards' bucket bounds in seconds.
+var latencyBuckets = func() []float64 {
+	b := make([]float64, len(shard.LatencyBounds))
+	for i, d := range shard.LatencyBounds {
+		b[i] = d.Seconds()
+	}
+	return b
+}()
+
+// collectLatency exports the shards' latency histograms, summed, as
+// tollgated_request_duration_seconds{route}.
+func collectLatency(ch chan<- prometheus.Metric, n *node.Node) {
+	lat, untimed := n.Latency()
+	for r := range lat {
+		h := &lat[r]
+		cumulative := make(map[float64]uint64, len(latencyBuckets))
+		var n uint64
+		for i, le := range latencyBuckets {
+			n += h.Counts[i]
+			cumulative[le] = n
+		}
+		ch <- prometheus.MustNewConstHistogram(descLatency, h.Count(), float64(h.SumNs)/1e9, cumulative, shard.RouteNames[r])
+	}
+	counter(ch, descUntimed, float64(untimed))
 }
 
 func counter(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, labels ...string) {
