@@ -21,6 +21,7 @@ import (
 	"github.com/tollgated/tollgated/admin"
 	"github.com/tollgated/tollgated/affinity"
 	"github.com/tollgated/tollgated/control"
+	"github.com/tollgated/tollgated/control/plane"
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/credential"
 	"github.com/tollgated/tollgated/httploop"
@@ -116,6 +117,11 @@ func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err 
 			FundingChanged: func(ids []core.AccountID) {
 				if p := prov.Load(); p != nil {
 					p.UsageChanged(ids)
+				}
+			},
+			KeysUsed: func(keys []plane.KeyUsed) {
+				if p := prov.Load(); p != nil {
+					p.KeysUsed(keys)
 				}
 			},
 		},
