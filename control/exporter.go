@@ -168,6 +168,12 @@ func (e *Exporter) export(ctx context.Context, release bool) error {
 		if err != nil {
 			return err
 		}
+		if end := e.spool.Durable(); mark > end {
+			// Records this node appends next would take numbers the
+			// ledger has billed already, and be skipped.
+			return fmt.Errorf("%w: the ledger billed node %q's spool up to record %d, but the spool ends at %d: it was replaced, or lost records at its end (docs/RUNBOOK.md)",
+				ErrSpoolBehindMark, e.node, mark, end)
+		}
 		e.after, e.marked = max(e.after, mark), true
 	}
 	for e.after < e.spool.Durable() {
@@ -210,7 +216,7 @@ func (e *Exporter) exportBatch(ctx context.Context) (int, error) {
 		}
 		u := rec.Usage
 		switch {
-		case rec.Kind == record.Commit: // a journal entry, not a bill
+		case rec.Kind == record.Commit, rec.Kind == record.Hole: // a journal entry or a lost record's place: not a bill
 		case u.Source == ledger.UsagePostPaid:
 			if e.Claims != nil && e.Claims.held(u.ID) {
 				return errStop // the plane is billing it: stop before it
@@ -253,6 +259,10 @@ func (e *Exporter) exportBatch(ctx context.Context) (int, error) {
 	e.after = last
 	return n, nil
 }
+
+// ErrSpoolBehindMark refuses to export from a spool that ends before what
+// the ledger's export mark says this node already billed.
+var ErrSpoolBehindMark = errors.New("control: the spool ends before the node's export mark")
 
 // errStop ends a spool read early without an error.
 var errStop = errors.New("stop")

@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"testing"
 
@@ -131,5 +132,26 @@ func TestExporterWaitsForEventsThePlaneClaimed(t *testing.T) {
 	}
 	if st := e.Stats(); st.PostAccepted != 3 || st.Exported != 3 {
 		t.Fatalf("after release: %+v", st)
+	}
+}
+
+// TestExportRefusesASpoolBehindItsMark: a spool that ends before what the
+// ledger says this node billed (replaced, or cut at its end) would number
+// new records as already billed; the export refuses instead of skipping
+// them.
+func TestExportRefusesASpoolBehindItsMark(t *testing.T) {
+	store, err := boltstore.Open(filepath.Join(t.TempDir(), "ledger.db"), boltstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	ctx := context.Background()
+	if _, err := store.Settle(ctx, ledger.Settlement{Node: "n", From: 0, To: 5}, 1); err != nil {
+		t.Fatal(err)
+	}
+	sp := &memSpool{}
+	err = NewExporter(sp, store, "n", 16).Export(ctx)
+	if !errors.Is(err, ErrSpoolBehindMark) {
+		t.Fatalf("export over an empty spool behind mark 5: %v", err)
 	}
 }

@@ -90,7 +90,6 @@ type KeyUsed struct {
 	At        int64
 }
 
-
 // Ingest is a post-paid batch waiting for the ledger.
 type Ingest struct {
 	Ticket uint64
