@@ -194,12 +194,12 @@ func pickCPUs(cfg config, log zerolog.Logger) ([]int, error) {
 func (d *daemon) openSpool(cfg config, nodeID string) error {
 	// Durable usage wakes the plane (answers wait on it), not the exporter:
 	// the exporter runs on its interval, in big batches.
-	s, err := spool.Open(filepath.Join(cfg.dataDir, spoolDir), spool.Options{FlushInterval: groupCommit(cfg.groupCommit), OnDurable: func(uint64) {
+	s, err := spool.Open(filepath.Join(cfg.dataDir, spoolDir), spool.Options{FlushInterval: groupCommit(cfg.groupCommit), OnDurable: func(seq uint64) {
 		if p := d.plane.Load(); p != nil {
 			p.Kick()
 		}
 		if e := d.exported.Load(); e != nil {
-			e.Wake()
+			e.WakeAt(seq)
 		}
 	}})
 	if err != nil {
