@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs PostgreSQL's server binaries (Debian's postgresql package) when
+# they are missing. The tests start a throwaway cluster of their own with
+# them (internal/pgtest); no server is configured or started here.
+#
+# Quiet and idempotent: prints nothing and changes nothing when initdb and
+# postgres are already installed. Needs root (CI runs as root) or sudo.
+set -euo pipefail
+
+installed() {
+	local d
+	for d in /usr/lib/postgresql/*/bin; do
+		[[ -x $d/initdb && -x $d/postgres ]] && return 0
+	done
+	return 1
+}
+
+installed && exit 0
+
+sudo=()
+if [[ $(id -u) -ne 0 ]]; then
+	command -v sudo >/dev/null || { echo "postgres.sh: PostgreSQL is missing and installing it needs root" >&2; exit 1; }
+	sudo=(sudo)
+fi
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+export DEBIAN_FRONTEND=noninteractive
+install() { "${sudo[@]}" apt-get install -y -q --no-install-recommends postgresql >>"$log" 2>&1; }
+# A fresh machine's package lists may be missing or stale: update once, only
+# if the first attempt fails.
+if ! install; then
+	"${sudo[@]}" apt-get update -q >>"$log" 2>&1 && install || { cat "$log" >&2; exit 1; }
+fi
+installed || { cat "$log" >&2; echo "postgres.sh: postgresql installed, but no initdb and postgres under /usr/lib/postgresql/*/bin" >&2; exit 1; }
