@@ -54,9 +54,9 @@ func race(nodes []*Store, perNode int, fn func(s *Store, worker int)) {
 	wg.Wait()
 }
 
-func mustCreate(t *testing.T, s *Store, id, parent core.AccountID, unmetered bool) {
+func mustCreate(t *testing.T, s *Store, id, parent core.AccountID, unmetered ...bool) {
 	t.Helper()
-	if _, _, err := s.CreateAccount(t.Context(), ledger.AccountSpec{ID: id, Parent: parent, Unmetered: unmetered}, t0); err != nil {
+	if _, _, err := s.CreateAccount(t.Context(), ledger.AccountSpec{ID: id, Parent: parent, Unmetered: len(unmetered) > 0 && unmetered[0]}, t0); err != nil {
 		t.Fatal(err)
 	}
 }
