@@ -67,6 +67,16 @@ func SchemaVersion() int {
 	return len(ms)
 }
 
+// Migrate brings the database at url to SchemaVersion, as Open does, and
+// closes its connections: for installers and for test templates.
+func Migrate(ctx context.Context, url string) error {
+	s, err := Open(ctx, url, Options{MaxConns: 1})
+	if err != nil {
+		return err
+	}
+	return s.Close()
+}
+
 // migrate brings the database to SchemaVersion under the migration lock,
 // or refuses a newer one.
 func migrate(ctx context.Context, pool *pgxpool.Pool) error {

@@ -17,16 +17,7 @@ import (
 // TestMain runs the tests against a throwaway PostgreSQL whose template
 // database is migrated once.
 func TestMain(m *testing.M) {
-	os.Exit(pgtest.Main(m, pgtest.Options{Prepare: migrateURL}))
-}
-
-// migrateURL applies the migrations to the database at url.
-func migrateURL(ctx context.Context, url string) error {
-	s, err := Open(ctx, url, Options{})
-	if err != nil {
-		return err
-	}
-	return s.Close()
+	os.Exit(pgtest.Main(m, pgtest.Options{Prepare: Migrate}))
 }
 
 // openFresh opens a store on a fresh database of its own.
