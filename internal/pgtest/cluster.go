@@ -45,7 +45,7 @@ type cluster struct {
 
 // startCluster initializes a cluster in a new temporary directory and
 // starts it.
-func startCluster(ctx context.Context) (*cluster, error) {
+func startCluster(ctx context.Context, durable bool) (*cluster, error) {
 	initdb, postgres, err := findBinaries()
 	if err != nil {
 		return nil, err
@@ -65,7 +65,7 @@ func startCluster(ctx context.Context) (*cluster, error) {
 		return nil, err
 	}
 	for attempt := 1; ; attempt++ {
-		err = c.startPostmaster(ctx, postgres, cred)
+		err = c.startPostmaster(ctx, postgres, cred, durable)
 		if err == nil {
 			return c, nil
 		}
@@ -161,7 +161,7 @@ func (c *cluster) initdb(ctx context.Context, initdb string, cred *syscall.Crede
 
 // startPostmaster starts postgres on a free loopback port and waits until
 // it accepts connections.
-func (c *cluster) startPostmaster(ctx context.Context, postgres string, cred *syscall.Credential) error {
+func (c *cluster) startPostmaster(ctx context.Context, postgres string, cred *syscall.Credential, durable bool) error {
 	port, err := freePort()
 	if err != nil {
 		return err
@@ -172,11 +172,14 @@ func (c *cluster) startPostmaster(ctx context.Context, postgres string, cred *sy
 		return err
 	}
 	defer logFile.Close()
+	sync := "off" // thrown away after the tests: durability buys nothing
+	if durable {
+		sync = "on"
+	}
 	cmd := exec.Command(postgres, "-D", filepath.Join(c.dir, "data"), "-p", strconv.Itoa(port),
 		"-c", "listen_addresses=127.0.0.1",
 		"-c", "unix_socket_directories="+filepath.Join(c.dir, "sock"),
-		// Thrown away after the tests: durability buys nothing.
-		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+		"-c", "fsync="+sync, "-c", "synchronous_commit="+sync, "-c", "full_page_writes="+sync,
 		// Shared memory in the data directory, so nothing outlives its removal.
 		"-c", "dynamic_shared_memory_type=mmap",
 		"-c", "max_connections=300", "-c", "shared_buffers=32MB",

@@ -5,8 +5,8 @@
 // for a database starts nothing) from the Debian `postgresql` package's
 // binaries (/usr/lib/postgresql/*/bin), in a temporary directory, listening
 // on 127.0.0.1 only, on a free port, with a Unix socket inside that
-// directory, and with fsync off: it is thrown away, so durability buys
-// nothing. Every test database is a copy of one template (CREATE DATABASE
+// directory, and with fsync off (unless Options.Durable): it is thrown
+// away, so durability buys nothing. Every test database is a copy of one template (CREATE DATABASE
 // … TEMPLATE), which Options.Prepare fills once, so a test starts from a
 // migrated schema in milliseconds and sees no other test's rows.
 //
@@ -47,6 +47,10 @@ type Options struct {
 	// connection it opened before it returns: PostgreSQL copies only a
 	// template nobody is connected to.
 	Prepare func(ctx context.Context, url string) error
+	// Durable keeps PostgreSQL's fsync and synchronous commit on, as in
+	// production: for benchmarks, whose numbers must include the cost of
+	// durability. Tests leave it off.
+	Durable bool
 }
 
 // InstallHint is how to get the binaries pgtest needs.
@@ -152,7 +156,7 @@ func maySkip(err error, getenv func(string) string) bool {
 func start(opts Options) (*cluster, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	c, err := startCluster(ctx)
+	c, err := startCluster(ctx, opts.Durable)
 	if err != nil {
 		return nil, err
 	}

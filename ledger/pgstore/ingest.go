@@ -203,47 +203,74 @@ func (x *txn) ingest(e *ledger.Usage, now int64) (ledger.IngestResult, error) {
 	return ledger.Accepted, nil
 }
 
-// ingestWrites gathers a batch's writes beyond the records, as columns.
+// ingestWrites gathers a batch's writes beyond the records.
 type ingestWrites struct {
 	rejected [][]byte
-	usage    struct {
+	accepted []*ledger.Usage
+}
+
+func (w *ingestWrites) add(e *ledger.Usage, r ledger.IngestResult) {
+	if r == ledger.Accepted {
+		w.accepted = append(w.accepted, e)
+	} else {
+		w.rejected = append(w.rejected, e.ID[:])
+	}
+}
+
+// queue adds the writes to the transaction's write-back, as columns: the
+// rejections' verdicts, every accepted event's units to the usage totals,
+// and the usage history. Of each account's accepted events only its last
+// history ones are inserted: the older ones would be trimmed at once.
+func (w *ingestWrites) queue(x *txn, history int64) error {
+	if len(w.rejected) > 0 {
+		x.queue(rejectSQL, affects("recording rejections", len(w.rejected)), w.rejected)
+	}
+	if len(w.accepted) == 0 {
+		return nil
+	}
+	var wr writer
+	var totals struct {
+		accounts []string
+		sources  []int16
+		units    []int64
+	}
+	var kept struct {
 		accounts       []string
 		ids            [][]byte
 		sources        []int16
 		leases, tokens []int64
 		units, at      []int64
 	}
-	w writer
-}
-
-func (w *ingestWrites) add(e *ledger.Usage, r ledger.IngestResult) {
-	if r != ledger.Accepted {
-		w.rejected = append(w.rejected, e.ID[:])
-		return
+	// An account's first older events of the batch are not kept.
+	older := make(map[core.AccountID]int64)
+	for _, e := range w.accepted {
+		older[e.Account]++
 	}
-	u := &w.usage
-	u.accounts, u.ids, u.sources = append(u.accounts, string(e.Account)), append(u.ids, e.ID[:]), append(u.sources, int16(e.Source))
-	// Kept bit for bit: for overage and post-paid usage they are whatever
-	// the event carried.
-	u.leases, u.tokens = append(u.leases, int64(e.LeaseID)), append(u.tokens, int64(e.Token))
-	u.units, u.at = append(u.units, w.w.units("usage", e.Units)), append(u.at, e.OccurredAt)
-}
-
-// queue adds the writes to the transaction's write-back.
-func (w *ingestWrites) queue(x *txn, history int64) error {
-	if w.w.err != nil {
-		return w.w.err
+	accounts := make([]string, 0, len(older))
+	for id, n := range older {
+		older[id] = n - history
+		accounts = append(accounts, string(id))
 	}
-	if len(w.rejected) > 0 {
-		x.queue(rejectSQL, affects("recording rejections", len(w.rejected)), w.rejected)
+	for _, e := range w.accepted {
+		units := wr.units("usage", e.Units)
+		totals.accounts, totals.sources, totals.units = append(totals.accounts, string(e.Account)), append(totals.sources, int16(e.Source)), append(totals.units, units)
+		if older[e.Account] > 0 {
+			older[e.Account]--
+			continue
+		}
+		kept.accounts, kept.ids, kept.sources = append(kept.accounts, string(e.Account)), append(kept.ids, e.ID[:]), append(kept.sources, int16(e.Source))
+		// Kept bit for bit: for overage and post-paid usage they are
+		// whatever the event carried.
+		kept.leases, kept.tokens = append(kept.leases, int64(e.LeaseID)), append(kept.tokens, int64(e.Token))
+		kept.units, kept.at = append(kept.units, units), append(kept.at, e.OccurredAt)
 	}
-	u := &w.usage
-	if len(u.ids) == 0 {
-		return nil
+	if wr.err != nil {
+		return wr.err
 	}
-	x.queue(recordUsageSQL, affects("recording usage", len(u.ids)), u.accounts, u.ids, u.sources, u.leases, u.tokens, u.units, u.at)
-	x.queue(trimUsageSQL, nil, slices.Compact(slices.Sorted(slices.Values(u.accounts))), history)
-	x.queue(addTotalsSQL, nil, u.accounts, u.sources, u.units)
+	slices.Sort(accounts)
+	x.queue(recordUsageSQL, affects("recording usage", len(kept.ids)), kept.accounts, kept.ids, kept.sources, kept.leases, kept.tokens, kept.units, kept.at)
+	x.queue(trimUsageSQL, nil, accounts, history)
+	x.queue(addTotalsSQL, nil, totals.accounts, totals.sources, totals.units)
 	return nil
 }
 

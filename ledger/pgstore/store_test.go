@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"sync"
@@ -15,9 +16,13 @@ import (
 )
 
 // TestMain runs the tests against a throwaway PostgreSQL whose template
-// database is migrated once.
+// database is migrated once. Benchmarks get a durable one (fsync and
+// synchronous commit on, as in production), so that they compare with
+// boltstore's fsync'd commits.
 func TestMain(m *testing.M) {
-	os.Exit(pgtest.Main(m, pgtest.Options{Prepare: Migrate}))
+	flag.Parse()
+	benchmarking := flag.Lookup("test.bench").Value.String() != ""
+	os.Exit(pgtest.Main(m, pgtest.Options{Prepare: Migrate, Durable: benchmarking}))
 }
 
 // openFresh opens a store on a fresh database of its own.
