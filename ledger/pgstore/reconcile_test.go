@@ -270,3 +270,15 @@ func TestTextRefusesWhatPostgreSQLCannotHold(t *testing.T) {
 		}
 	}
 }
+
+// TestTheDocsGiveTheQueryVerbatim: docs/POSTGRES.md shows operators the
+// query the tests run.
+func TestTheDocsGiveTheQueryVerbatim(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/POSTGRES.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(doc), "```sql\n"+ReconcileSQL+"```") {
+		t.Fatal("docs/POSTGRES.md does not contain reconcile.sql verbatim")
+	}
+}
