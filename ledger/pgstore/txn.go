@@ -1,9 +1,7 @@
 package pgstore
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -373,13 +371,3 @@ func (x *txn) flushLeases(b *pgx.Batch) error {
 	}
 	return nil
 }
-
-// isUniqueViolation reports a unique constraint's refusal.
-func isUniqueViolation(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "23505"
-}
-
-// equalBytes compares byte slices including nil-ness, which the store keeps
-// (NULL and empty are different values).
-func equalBytes(a, b []byte) bool { return bytes.Equal(a, b) && (a == nil) == (b == nil) }
