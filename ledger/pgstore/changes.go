@@ -232,15 +232,19 @@ func (s *Store) listen(ctx context.Context, fn func(last uint64) error) error {
 // returns when ctx ends or fn returns an error.
 func (s *Store) Follow(ctx context.Context, after uint64, fn func(Change) error) error {
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	wake := make(chan struct{}, 1)
-	go s.Listen(ctx, func(uint64) error {
-		select {
-		case wake <- struct{}{}:
-		default: // a wake-up is already pending: it reads everything
-		}
-		return nil
-	})
+	listening := make(chan struct{})
+	go func() {
+		defer close(listening)
+		s.Listen(ctx, func(uint64) error {
+			select {
+			case wake <- struct{}{}:
+			default: // a wake-up is already pending: it reads everything
+			}
+			return nil
+		})
+	}()
+	defer func() { cancel(); <-listening }()
 	mark := after
 	for {
 		for {

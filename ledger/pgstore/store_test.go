@@ -19,8 +19,24 @@ import (
 // database is migrated once. Benchmarks get a durable one (fsync and
 // synchronous commit on, as in production), so that they compare with
 // boltstore's fsync'd commits.
+//
+// The conformance suite's random sequences run 30 cases here (10 with
+// -short) rather than rapid's 100: each step is a few database round
+// trips, and the same rules get 100 cases on boltstore and 1,000 in
+// package ledger. -rapid.checks on the command line wins, for a deeper run:
+//
+//	go test ./ledger/pgstore -run RandomSequences -rapid.checks=1000
 func TestMain(m *testing.M) {
 	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "rapid.checks" })
+	if !set {
+		checks := "30"
+		if testing.Short() {
+			checks = "10"
+		}
+		flag.Set("rapid.checks", checks)
+	}
 	benchmarking := flag.Lookup("test.bench").Value.String() != ""
 	os.Exit(pgtest.Main(m, pgtest.Options{Prepare: Migrate, Durable: benchmarking}))
 }
