@@ -53,8 +53,8 @@ type Options struct {
 	Durable bool
 }
 
-// InstallHint is how to get the binaries pgtest needs.
-const InstallHint = "install PostgreSQL's server binaries: apt-get install -y --no-install-recommends postgresql (or bash scripts/postgres.sh)"
+// installHint is how to get the binaries pgtest needs.
+const installHint = "install PostgreSQL's server binaries: apt-get install -y --no-install-recommends postgresql (or bash scripts/postgres.sh)"
 
 // templateName is the database every test database is copied from.
 const templateName = "pgtest_template"
@@ -114,14 +114,6 @@ func Database(t testing.TB) string {
 	return c.url(name)
 }
 
-// AdminURL is the URL of the cluster's maintenance database, as its
-// superuser: for tests that act on the server itself (ending another
-// session's backend, for instance).
-func AdminURL(t testing.TB) string {
-	t.Helper()
-	return get(t).url("postgres")
-}
-
 // get returns the running cluster, starting it on first use. A missing
 // installation skips t, except under CI=true; any other failure fails it.
 func get(t testing.TB) *cluster {
@@ -138,9 +130,9 @@ func get(t testing.TB) *cluster {
 	switch {
 	case startErr == nil:
 	case maySkip(startErr, os.Getenv):
-		t.Skipf("pgtest: %v; %s", startErr, InstallHint)
+		t.Skipf("pgtest: %v; %s", startErr, installHint)
 	default:
-		t.Fatalf("pgtest: %v (%s)", startErr, InstallHint)
+		t.Fatalf("pgtest: %v (%s)", startErr, installHint)
 	}
 	return running
 }
