@@ -95,7 +95,7 @@ func (x *txn) cacheAccounts(rows pgx.Rows, into *[]*ledger.Account) error {
 		}
 		was, err := encodeAccount(&a)
 		if err != nil {
-			return fmt.Errorf("%w: account %s: %w", ErrCorrupt, a.ID, err)
+			return fmt.Errorf("%w: %w", ErrCorrupt, err)
 		}
 		c := &cachedAccount{a: a, was: was}
 		x.accounts[a.ID] = c
@@ -266,9 +266,12 @@ func encodeAccount(a *ledger.Account) (accountRow, error) {
 		allowance: w.units("budget allowance", a.Budget.Allowance), periodStart: a.PeriodStart, periodEnd: a.PeriodEnd,
 		nextToken: w.int("next fencing token", a.NextToken)}
 	for i, v := range [8]core.CostUnits{a.Deposited, a.Overage, a.AllowanceLeft, a.TopUpLeft, a.Outstanding, a.Settled, a.Loss, a.Expired} {
-		r.money[i] = w.units("account "+string(a.ID)+" money", v)
+		r.money[i] = w.units("money", v)
 	}
-	return r, w.err
+	if w.err != nil {
+		return r, fmt.Errorf("account %s: %w", a.ID, w.err)
+	}
+	return r, nil
 }
 
 // flushAccounts queues one UPDATE for every changed account and logs what
