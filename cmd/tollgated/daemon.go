@@ -23,7 +23,7 @@ import (
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/credential"
 	"github.com/tollgated/tollgated/httploop"
-	"github.com/tollgated/tollgated/ledger/boltstore"
+	"github.com/tollgated/tollgated/ledger"
 	"github.com/tollgated/tollgated/node"
 	"github.com/tollgated/tollgated/shard"
 	"github.com/tollgated/tollgated/spool"
@@ -34,7 +34,7 @@ import (
 // ledger's maintenance, and the admin API.
 type daemon struct {
 	log      zerolog.Logger
-	store    *boltstore.Store
+	store    ledger.Store
 	spool    *spool.Spool
 	node     *node.Node
 	exporter *control.Exporter
@@ -76,7 +76,7 @@ func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err 
 			d.close()
 		}
 	}()
-	if d.store, err = boltstore.Open(filepath.Join(cfg.dataDir, ledgerFile), boltstore.Options{UsageHistory: cfg.usageHistory}); err != nil {
+	if d.store, err = openStore(cfg, log); err != nil {
 		return nil, err
 	}
 	ctx := context.Background()

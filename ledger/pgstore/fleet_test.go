@@ -1,0 +1,332 @@
+package pgstore
+
+// Several nodes on one database: each test opens two stores (two pools,
+// as two tollgated processes would) and races them, several goroutines
+// each, on the same rows. What must hold is what the single-node suite
+// checks, plus exactly-once across nodes.
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tollgated/tollgated/core"
+	"github.com/tollgated/tollgated/ledger"
+)
+
+var t0 = time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC).UnixNano() // a Tuesday noon
+
+const (
+	minute = int64(time.Minute)
+	hour   = int64(time.Hour)
+	day    = 24 * hour
+)
+
+// fleet is n stores on one fresh database.
+func fleet(t *testing.T, n int) []*Store {
+	t.Helper()
+	first, url := openFresh(t, Options{})
+	nodes := []*Store{first}
+	for range n - 1 {
+		s, err := Open(t.Context(), url, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		nodes = append(nodes, s)
+	}
+	return nodes
+}
+
+// race runs fn on every node from perNode goroutines each and waits.
+func race(nodes []*Store, perNode int, fn func(s *Store, worker int)) {
+	var wg sync.WaitGroup
+	for i, s := range nodes {
+		for j := range perNode {
+			wg.Go(func() { fn(s, i*perNode+j) })
+		}
+	}
+	wg.Wait()
+}
+
+func mustCreate(t *testing.T, s *Store, id, parent core.AccountID, unmetered ...bool) {
+	t.Helper()
+	if _, _, err := s.CreateAccount(t.Context(), ledger.AccountSpec{ID: id, Parent: parent, Unmetered: len(unmetered) > 0 && unmetered[0]}, t0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustDeposit(t *testing.T, s *Store, id core.AccountID, units core.CostUnits) {
+	t.Helper()
+	if _, _, err := s.Deposit(t.Context(), id, units, fmt.Sprintf("d%d", units), t0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sound asserts Check passes and the reconciliation query finds nothing.
+func sound(t *testing.T, s *Store) {
+	t.Helper()
+	if err := s.Check(t.Context()); err != nil {
+		t.Fatalf("check: %v", err)
+	}
+	if found, err := s.Reconcile(t.Context()); err != nil || len(found) > 0 {
+		t.Fatalf("reconcile: %v, %v", found, err)
+	}
+}
+
+func eventID(n uint64) (id [16]byte) {
+	binary.BigEndian.PutUint64(id[8:], n)
+	id[0] = 0xf1
+	return id
+}
+
+// TestNodesBillEachEventOnce: two nodes ingest the same events, in
+// overlapping batches in different orders, at once: every event is
+// Accepted exactly once fleet-wide, and Settled is exactly their units.
+func TestNodesBillEachEventOnce(t *testing.T) {
+	nodes := fleet(t, 2)
+	a := nodes[0]
+	mustCreate(t, a, "org", "", false)
+	mustCreate(t, a, "agent", "org", false)
+	mustDeposit(t, a, "org", 1_000_000)
+	mustDeposit(t, a, "agent", 1_000_000)
+	l, _, err := a.Acquire(t.Context(), "agent", 5000, 5000, hour, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const events = 600
+	all := make([]ledger.Usage, events)
+	for i := range all {
+		all[i] = ledger.Usage{ID: eventID(uint64(i)), Account: "agent", Source: ledger.UsageLease, LeaseID: l.ID, Token: l.Token, Units: 3}
+		if i%3 == 0 {
+			all[i].Source, all[i].LeaseID, all[i].Token = ledger.UsagePostPaid, 0, 0
+		}
+	}
+	var accepted, duplicate atomic.Int64
+	race(nodes, 2, func(s *Store, w int) {
+		order := rand.New(rand.NewPCG(uint64(w), 7)).Perm(events)
+		for start := 0; start < events; start += 50 {
+			batch := make([]ledger.Usage, 0, 50)
+			for _, i := range order[start : start+50] {
+				batch = append(batch, all[i])
+			}
+			res, err := s.Ingest(t.Context(), batch, t0)
+			if err != nil {
+				t.Errorf("node %d: ingest: %v", w, err)
+				return
+			}
+			for _, r := range res {
+				switch r {
+				case ledger.Accepted:
+					accepted.Add(1)
+				case ledger.Duplicate:
+					duplicate.Add(1)
+				default:
+					t.Errorf("verdict %d", r)
+				}
+			}
+		}
+	})
+	if accepted.Load() != events || duplicate.Load() != 3*events {
+		t.Fatalf("accepted %d, duplicate %d; want %d and %d", accepted.Load(), duplicate.Load(), events, 3*events)
+	}
+	acct, err := a.Account(t.Context(), "agent")
+	if err != nil || acct.Settled != 3*events {
+		t.Fatalf("agent settled %d (%v), want %d", acct.Settled, err, 3*events)
+	}
+	sound(t, a)
+}
+
+// TestNodesReclaimEachLeaseOnce: every node reclaims at once, in small
+// passes, until nothing is due: each expired lease is forfeited once.
+func TestNodesReclaimEachLeaseOnce(t *testing.T) {
+	nodes := fleet(t, 2)
+	a := nodes[0]
+	mustCreate(t, a, "org", "", false)
+	mustDeposit(t, a, "org", 1_000_000)
+	const leases = 60
+	for i := range leases {
+		if _, _, err := a.Acquire(t.Context(), "org", 10, 10, minute+int64(i), t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var reclaimed atomic.Int64
+	race(nodes, 3, func(s *Store, w int) {
+		for {
+			n, err := s.Reclaim(t.Context(), t0+hour, 0, 4)
+			if err != nil {
+				t.Errorf("reclaim: %v", err)
+				return
+			}
+			if n == 0 {
+				return
+			}
+			reclaimed.Add(int64(n))
+		}
+	})
+	if reclaimed.Load() != leases {
+		t.Fatalf("reclaimed %d of %d leases", reclaimed.Load(), leases)
+	}
+	acct, _ := a.Account(t.Context(), "org")
+	if acct.Loss != 10*leases || acct.Outstanding != 0 {
+		t.Fatalf("org %+v", acct)
+	}
+	sound(t, a)
+}
+
+// TestNodesRollOverOncePerBoundary: every node runs Rollover at once while
+// grants roll the same accounts over lazily: each account receives one
+// allowance per boundary.
+func TestNodesRollOverOncePerBoundary(t *testing.T) {
+	nodes := fleet(t, 2)
+	a := nodes[0]
+	const accounts, allowance = 24, 50
+	ids := make([]core.AccountID, accounts)
+	for i := range ids {
+		ids[i] = core.AccountID(fmt.Sprintf("acct-%02d", i))
+		mustCreate(t, a, ids[i], "", false)
+		if _, err := a.SetBudget(t.Context(), ids[i], ledger.Budget{Allowance: allowance, Period: ledger.PeriodDay}, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, now := range []int64{t0 + day, t0 + 2*day} {
+		race(nodes, 3, func(s *Store, w int) {
+			if w%2 == 1 { // a granter: rolls over lazily
+				for _, id := range ids[w%3:] {
+					if _, _, err := s.Acquire(t.Context(), id, 1, 1, minute, now); err != nil {
+						t.Errorf("acquire: %v", err)
+					}
+				}
+				return
+			}
+			for {
+				n, err := s.Rollover(t.Context(), now, 5)
+				if err != nil {
+					t.Errorf("rollover: %v", err)
+				}
+				if n == 0 || err != nil {
+					return
+				}
+			}
+		})
+	}
+	for _, id := range ids {
+		acct, err := a.Account(t.Context(), id)
+		if err != nil || acct.Deposited != 3*allowance {
+			t.Fatalf("%s deposited %d (%v): want one allowance per boundary, %d", id, acct.Deposited, err, 3*allowance)
+		}
+	}
+	sound(t, a)
+}
+
+// TestNodesForgetEachIDOnce: every node forgets at once; each id is
+// forgotten once and all of them are.
+func TestNodesForgetEachIDOnce(t *testing.T) {
+	nodes := fleet(t, 2)
+	a := nodes[0]
+	mustCreate(t, a, "org", "", false)
+	mustDeposit(t, a, "org", 1_000_000)
+	const events = 500
+	batch := make([]ledger.Usage, events)
+	for i := range batch {
+		batch[i] = ledger.Usage{ID: eventID(uint64(i)), Account: "org", Source: ledger.UsagePostPaid, Units: 1}
+	}
+	if _, err := a.Ingest(t.Context(), batch, t0); err != nil {
+		t.Fatal(err)
+	}
+	var forgotten atomic.Int64
+	race(nodes, 2, func(s *Store, w int) {
+		for {
+			n, err := s.ForgetEvents(t.Context(), t0+1, 7)
+			if err != nil {
+				t.Errorf("forget: %v", err)
+			}
+			if n == 0 || err != nil {
+				return
+			}
+			forgotten.Add(int64(n))
+		}
+	})
+	if forgotten.Load() != events {
+		t.Fatalf("forgot %d of %d ids", forgotten.Load(), events)
+	}
+	sound(t, a)
+}
+
+// TestNodesMixedTrafficStaysConserved: two nodes grant, bill, consolidate,
+// release, reclaim and roll over one hierarchy at once, as a fleet does.
+// No call fails except with the answers the rules give (refusals, a lease
+// another worker ended), and the ledger ends sound.
+func TestNodesMixedTrafficStaysConserved(t *testing.T) {
+	nodes := fleet(t, 2)
+	a := nodes[0]
+	mustCreate(t, a, "org", "", false)
+	mustCreate(t, a, "ws", "org", true)
+	agents := []core.AccountID{"agent-a", "agent-b", "agent-c"}
+	for _, id := range agents {
+		mustCreate(t, a, id, "ws", false)
+		mustDeposit(t, a, id, 5_000)
+	}
+	mustDeposit(t, a, "org", 12_000)
+	if _, err := a.SetBudget(t.Context(), "org", ledger.Budget{Allowance: 2_000, Period: ledger.PeriodDay}, t0); err != nil {
+		t.Fatal(err)
+	}
+	var next atomic.Uint64
+	race(nodes, 3, func(s *Store, w int) {
+		rng := rand.New(rand.NewPCG(uint64(w), 11))
+		now := t0
+		var held []ledger.Lease
+		for range 40 {
+			now += int64(rng.IntN(int(2 * hour)))
+			id := agents[rng.IntN(len(agents))]
+			switch op := rng.IntN(6); {
+			case op < 2 || len(held) == 0:
+				l, _, err := s.Acquire(t.Context(), id, core.CostUnits(1+rng.IntN(300)), 0, hour, now)
+				if _, refused := errors.AsType[*ledger.Refusal](err); err != nil && !refused {
+					t.Errorf("acquire: %v", err)
+				} else if err == nil {
+					held = append(held, l)
+				}
+			case op == 2:
+				l := held[rng.IntN(len(held))]
+				events := []ledger.Usage{{ID: eventID(next.Add(1)), Account: l.Account, Source: ledger.UsageLease, LeaseID: l.ID, Token: l.Token, Units: core.CostUnits(1 + rng.IntN(20))},
+					{ID: eventID(next.Add(1)), Account: id, Source: ledger.UsagePostPaid, Units: core.CostUnits(1 + rng.IntN(20))}}
+				if _, err := s.Ingest(t.Context(), events, now); err != nil {
+					t.Errorf("ingest: %v", err)
+				}
+			case op == 3:
+				i := rng.IntN(len(held))
+				l := held[i]
+				held = append(held[:i], held[i+1:]...)
+				n, _, err := s.Consolidate(t.Context(), l.ID, l.Token, 0, 100, 0, hour, now)
+				_, refused := errors.AsType[*ledger.Refusal](err)
+				switch {
+				case err == nil:
+					held = append(held, n)
+				case !refused && !errors.Is(err, ledger.ErrLeaseNotActive):
+					t.Errorf("consolidate: %v", err)
+				}
+			case op == 4:
+				i := rng.IntN(len(held))
+				l := held[i]
+				held = append(held[:i], held[i+1:]...)
+				if err := s.Release(t.Context(), l.ID, l.Token, 0, now); err != nil && !errors.Is(err, ledger.ErrLeaseNotActive) {
+					t.Errorf("release: %v", err)
+				}
+			default:
+				if _, err := s.Reclaim(t.Context(), now, minute, 8); err != nil {
+					t.Errorf("reclaim: %v", err)
+				}
+				if _, err := s.Rollover(t.Context(), now, 8); err != nil {
+					t.Errorf("rollover: %v", err)
+				}
+			}
+		}
+	})
+	sound(t, a)
+}
