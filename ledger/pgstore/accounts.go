@@ -13,8 +13,8 @@ import (
 
 const insertAccountSQL = `INSERT INTO accounts (id, parent, capacity, unmetered, scope, status, policy, policy_generation,
 		budget_allowance, budget_period, deposited, overage, allowance_left, top_up_left, outstanding, settled,
-		loss, expired, period_start, period_end, next_token)
-	VALUES ($1, nullif($2, ''), $3, $4, $5, $6, NULL, $7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, $8)
+		loss, expired, repaid, period_start, period_end, next_token)
+	VALUES ($1, nullif($2, ''), $3, $4, $5, $6, NULL, $7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, $8)
 	ON CONFLICT (id) DO NOTHING`
 
 // CreateAccount implements ledger.Store. The scope follows from the parent

@@ -3,17 +3,19 @@ package pgstore
 // The change log: how every node of a fleet learns what another changed.
 //
 // Each transaction that changes an account's configuration (creation,
-// status, policy, budget or a rollover, a deposit), a key, a platform token
-// or the admin token appends one row per change to the changes table and,
-// in the same statement, NOTIFYs NotifyChannel with the newest id. Ids come
-// from a counter row that the transaction holds locked until it commits,
-// so they are committed in order, without gaps: a reader that has seen id
-// n has seen every change up to n, and reading the log after the last id
-// it saw (ChangesAfter) is a complete catch-up — after a reconnection, a
-// restart or a lost notification alike. Follow combines the two.
+// status, policy, budget or a rollover, a deposit), a key (added, revoked,
+// rotated or expired), a platform token or an admin token appends one row
+// per change to the changes table and, in the same statement, NOTIFYs
+// NotifyChannel with the newest id. Ids come from a counter row that the
+// transaction holds locked until it commits, so they are committed in
+// order, without gaps: a reader that has seen id n has seen every change
+// up to n, and reading the log after the last id it saw (ChangesAfter) is
+// a complete catch-up — after a reconnection, a restart or a lost
+// notification alike. Follow combines the two.
 //
 // Money moved by leases and usage is not logged: it is the data plane's
-// traffic, and every grant returns the funding evidence with it.
+// traffic, and every grant returns the funding evidence with it. Nor is a
+// key's last use (MarkKeysUsed), reported by the data plane in batches.
 
 import (
 	"context"
@@ -41,9 +43,9 @@ const (
 	ChangePolicy        ChangeKind = "policy"         // a new policy document
 	ChangeBudget        ChangeKind = "budget"         // a new budget, or a period rolled over
 	ChangeDeposit       ChangeKind = "deposit"        // a top-up
-	ChangeKey           ChangeKind = "key"            // added or revoked
+	ChangeKey           ChangeKind = "key"            // added, revoked, or its expiry moved (rotation) or reached
 	ChangePlatformToken ChangeKind = "platform_token" // added or revoked
-	ChangeAdminToken    ChangeKind = "admin_token"    // its digest was set
+	ChangeAdminToken    ChangeKind = "admin_token"    // added (the bootstrap one included) or revoked
 )
 
 // The kinds txn derives from account rows.
@@ -59,7 +61,7 @@ type Change struct {
 	Kind    ChangeKind
 	Account core.AccountID // the account changed, or the key's account; "" for tokens
 	Key     string         // the key's id, for ChangeKey
-	Token   string         // the platform token's id, for ChangePlatformToken
+	Token   string         // the platform or admin token's id, for ChangePlatformToken and ChangeAdminToken
 	At      time.Time      // the changing transaction's start, by the database's clock
 }
 

@@ -48,7 +48,7 @@ func TestEveryConfigurationChangeIsLogged(t *testing.T) {
 	_, _, err = s.Deposit(ctx, "agent", 50, "k", t0)
 	must(err)
 	// Money moved by leases and usage is not a change.
-	l, _, err := s.Acquire(ctx, "agent", 20, 0, hour, t0)
+	l, _, err := s.Acquire(ctx, "agent", "node-a", 20, 0, hour, t0)
 	must(err)
 	_, err = s.Ingest(ctx, []ledger.Usage{{ID: eventID(1), Account: "agent", Source: ledger.UsageLease, LeaseID: l.ID, Token: l.Token, Units: 5}}, t0)
 	must(err)
@@ -74,6 +74,29 @@ func TestEveryConfigurationChangeIsLogged(t *testing.T) {
 	must(err)
 	_, err = s.SetStatus(ctx, "org", core.StatusClosed) // closing ends the budget too
 	must(err)
+	// Rotation moves the old key's expiry and adds the new key; a rotation
+	// that keeps an earlier expiry only adds.
+	k2 := ledger.Key{ID: "k2", Account: "agent", Name: "ci", Digest: [32]byte{5}, CreatedAt: t0}
+	must(s.AddKey(ctx, k2))
+	_, err = s.RotateKey(ctx, "agent", "k2", ledger.Key{ID: "k3", Account: "agent", Digest: [32]byte{6}, CreatedAt: t0}, t0+hour)
+	must(err)
+	_, err = s.RotateKey(ctx, "agent", "k2", ledger.Key{ID: "k4", Account: "agent", Digest: [32]byte{7}, CreatedAt: t0}, t0+day)
+	must(err)
+	expired, err := s.ExpireKeys(ctx, t0+hour, 10)
+	if err != nil || len(expired) != 1 || expired[0].ID != "k2" {
+		t.Fatalf("expire: %+v, %v", expired, err)
+	}
+	// A key's last use and the secret's fingerprint are not changes.
+	must(s.MarkKeysUsed(ctx, []ledger.KeyUse{{ID: "k3", At: t0}}))
+	_, err = s.SetSecretFingerprint(ctx, [32]byte{8})
+	must(err)
+	a := ledger.AdminToken{ID: "atk_ops", Name: "ops", Digest: [32]byte{9}, CreatedAt: t0}
+	must(s.AddAdminToken(ctx, a))
+	must(s.AddAdminToken(ctx, a))
+	for range 2 {
+		_, err = s.RevokeAdminToken(ctx, "atk_ops")
+		must(err)
+	}
 
 	want := []Change{
 		{Kind: ChangeAccount, Account: "org"},
@@ -88,9 +111,16 @@ func TestEveryConfigurationChangeIsLogged(t *testing.T) {
 		{Kind: ChangeKey, Account: "agent", Key: "k1"},
 		{Kind: ChangePlatformToken, Token: "p1"},
 		{Kind: ChangePlatformToken, Token: "p1"},
-		{Kind: ChangeAdminToken},
+		{Kind: ChangeAdminToken, Token: ledger.BootstrapAdminTokenID},
 		{Kind: ChangeStatus, Account: "org"},
 		{Kind: ChangeBudget, Account: "org"},
+		{Kind: ChangeKey, Account: "agent", Key: "k2"}, // added
+		{Kind: ChangeKey, Account: "agent", Key: "k2"}, // its expiry, by the rotation
+		{Kind: ChangeKey, Account: "agent", Key: "k3"},
+		{Kind: ChangeKey, Account: "agent", Key: "k4"},
+		{Kind: ChangeKey, Account: "agent", Key: "k2"}, // expired
+		{Kind: ChangeAdminToken, Token: "atk_ops"},
+		{Kind: ChangeAdminToken, Token: "atk_ops"},
 	}
 	got, err := s.ChangesAfter(ctx, 0, 100)
 	must(err)

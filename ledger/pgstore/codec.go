@@ -28,7 +28,7 @@ const maxNameLen = 256
 
 const accountColumns = `id, coalesce(parent, ''), capacity, unmetered, scope, status, policy, policy_generation,
 	budget_allowance, budget_period, deposited, overage, allowance_left, top_up_left, outstanding, settled,
-	loss, expired, period_start, period_end, next_token`
+	loss, expired, repaid, period_start, period_end, next_token`
 
 // scanAccount reads one row of accountColumns.
 func scanAccount(row pgx.Row) (ledger.Account, error) {
@@ -36,9 +36,9 @@ func scanAccount(row pgx.Row) (ledger.Account, error) {
 	var id, parent string
 	var capacity, scope, status, period int16
 	var generation, allowance, nextToken int64
-	var m [8]int64
+	var m [9]int64
 	err := row.Scan(&id, &parent, &capacity, &a.Unmetered, &scope, &status, &a.Policy, &generation,
-		&allowance, &period, &m[0], &m[1], &m[2], &m[3], &m[4], &m[5], &m[6], &m[7],
+		&allowance, &period, &m[0], &m[1], &m[2], &m[3], &m[4], &m[5], &m[6], &m[7], &m[8],
 		&a.PeriodStart, &a.PeriodEnd, &nextToken)
 	if err != nil {
 		return ledger.Account{}, err
@@ -49,8 +49,7 @@ func scanAccount(row pgx.Row) (ledger.Account, error) {
 	var d reader
 	a.PolicyGeneration = d.uint(generation)
 	a.Budget.Allowance = d.units(allowance)
-	for i, f := range []*core.CostUnits{&a.Deposited, &a.Overage, &a.AllowanceLeft, &a.TopUpLeft,
-		&a.Outstanding, &a.Settled, &a.Loss, &a.Expired} {
+	for i, f := range moneyFields(&a) {
 		*f = d.units(m[i])
 	}
 	a.NextToken = d.uint(nextToken)
@@ -60,7 +59,14 @@ func scanAccount(row pgx.Row) (ledger.Account, error) {
 	return a, nil
 }
 
-const leaseColumns = `id, account, token, granted, used, credited, state, granted_at, expires_at,
+// moneyFields are an account's money columns, in accountColumns' order:
+// the eight terms of L1, then Repaid.
+func moneyFields(a *ledger.Account) [9]*core.CostUnits {
+	return [9]*core.CostUnits{&a.Deposited, &a.Overage, &a.AllowanceLeft, &a.TopUpLeft,
+		&a.Outstanding, &a.Settled, &a.Loss, &a.Expired, &a.Repaid}
+}
+
+const leaseColumns = `id, account, holder, token, granted, used, credited, state, granted_at, expires_at,
 	funders, funded_allowance, funded_top_up, funded_period_start`
 
 // scanLease reads one row of leaseColumns.
@@ -71,7 +77,7 @@ func scanLease(row pgx.Row) (ledger.LeaseRecord, error) {
 	var state int16
 	var funders []string
 	var allowance, topUp, periodStart []int64
-	err := row.Scan(&id, &account, &token, &granted, &used, &credited, &state, &rec.GrantedAt, &rec.ExpiresAt,
+	err := row.Scan(&id, &account, &rec.Holder, &token, &granted, &used, &credited, &state, &rec.GrantedAt, &rec.ExpiresAt,
 		&funders, &allowance, &topUp, &periodStart)
 	if err != nil {
 		return rec, err
@@ -138,4 +144,14 @@ func validName(what, id string) error {
 		return fmt.Errorf("%w: %s id must be 1-%d bytes", ledger.ErrInvalid, what, maxNameLen)
 	}
 	return validText(what+" id", id)
+}
+
+// validLabel checks a caller-chosen label (a key's or an admin token's
+// name, a lease's holder): at most maxNameLen bytes of text, possibly
+// empty.
+func validLabel(what, s string) error {
+	if len(s) > maxNameLen {
+		return fmt.Errorf("%w: %s of %d bytes, at most %d", ledger.ErrInvalid, what, len(s), maxNameLen)
+	}
+	return validText(what, s)
 }

@@ -95,7 +95,7 @@ func TestNodesBillEachEventOnce(t *testing.T) {
 	mustCreate(t, a, "agent", "org", false)
 	mustDeposit(t, a, "org", 1_000_000)
 	mustDeposit(t, a, "agent", 1_000_000)
-	l, _, err := a.Acquire(t.Context(), "agent", 5000, 5000, hour, t0)
+	l, _, err := a.Acquire(t.Context(), "agent", "node-a", 5000, 5000, hour, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func TestNodesReclaimEachLeaseOnce(t *testing.T) {
 	mustDeposit(t, a, "org", 1_000_000)
 	const leases = 60
 	for i := range leases {
-		if _, _, err := a.Acquire(t.Context(), "org", 10, 10, minute+int64(i), t0); err != nil {
+		if _, _, err := a.Acquire(t.Context(), "org", "node-a", 10, 10, minute+int64(i), t0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -198,7 +198,7 @@ func TestNodesRollOverOncePerBoundary(t *testing.T) {
 		race(nodes, 3, func(s *Store, w int) {
 			if w%2 == 1 { // a granter: rolls over lazily
 				for _, id := range ids[w%3:] {
-					if _, _, err := s.Acquire(t.Context(), id, 1, 1, minute, now); err != nil {
+					if _, _, err := s.Acquire(t.Context(), id, "node-a", 1, 1, minute, now); err != nil {
 						t.Errorf("acquire: %v", err)
 					}
 				}
@@ -258,10 +258,89 @@ func TestNodesForgetEachIDOnce(t *testing.T) {
 	sound(t, a)
 }
 
-// TestNodesMixedTrafficStaysConserved: two nodes grant, bill, consolidate,
+// TestNodesExpireEachKeyOnce: every node expires keys at once, in small
+// passes, while keys are rotated: each key is revoked once, by one pass,
+// and every change is logged once.
+func TestNodesExpireEachKeyOnce(t *testing.T) {
+	nodes := fleet(t, 2)
+	a := nodes[0]
+	mustCreate(t, a, "org", "")
+	const keys = 60
+	for i := range keys {
+		k := ledger.Key{ID: fmt.Sprintf("k%02d", i), Account: "org", Digest: [32]byte{byte(i)}, CreatedAt: t0, ExpiresAt: t0 + int64(i%7)*minute + 1}
+		if err := a.AddKey(t.Context(), k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before, err := a.LastChange(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	expired := map[string]int{}
+	var rotated atomic.Int64
+	race(nodes, 3, func(s *Store, w int) {
+		if w == 0 { // rotations race the passes for the keys they lock
+			for i := range 10 {
+				next := ledger.Key{ID: fmt.Sprintf("r%02d", i), Account: "org", Digest: [32]byte{0xee, byte(i)}, CreatedAt: t0}
+				_, err := s.RotateKey(t.Context(), "org", fmt.Sprintf("k%02d", i), next, t0)
+				switch {
+				case err == nil:
+					rotated.Add(1)
+				case !errors.Is(err, ledger.ErrConflict): // a key already expired is revoked
+					t.Errorf("rotate: %v", err)
+				}
+			}
+		}
+		for {
+			ks, err := s.ExpireKeys(t.Context(), t0+hour, 4)
+			if err != nil {
+				t.Errorf("expire: %v", err)
+			}
+			if len(ks) == 0 || err != nil {
+				return
+			}
+			mu.Lock()
+			for _, k := range ks {
+				expired[k.ID]++
+			}
+			mu.Unlock()
+		}
+	})
+	if len(expired) != keys {
+		t.Fatalf("expired %d of %d keys", len(expired), keys)
+	}
+	for id, n := range expired {
+		if n != 1 {
+			t.Fatalf("key %s expired %d times", id, n)
+		}
+	}
+	live, err := a.Keys(t.Context(), "org")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range live {
+		if k.Revoked != (k.ID[0] == 'k') {
+			t.Fatalf("after the passes: %+v", k)
+		}
+	}
+	changes, err := a.ChangesAfter(t.Context(), before, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each expiry is one change; each rotation two (the old key's expiry
+	// moved, the new key).
+	if want := keys + 2*int(rotated.Load()); len(changes) != want {
+		t.Fatalf("%d changes logged, want %d (%d rotations)", len(changes), want, rotated.Load())
+	}
+	sound(t, a)
+}
+
+// TestNodesMixedTrafficStaysConserved: two nodes grant, bill, extend,
 // release, reclaim and roll over one hierarchy at once, as a fleet does.
 // No call fails except with the answers the rules give (refusals, a lease
-// another worker ended), and the ledger ends sound.
+// another worker ended, an extension across a budget period), and the
+// ledger ends sound.
 func TestNodesMixedTrafficStaysConserved(t *testing.T) {
 	nodes := fleet(t, 2)
 	a := nodes[0]
@@ -286,7 +365,7 @@ func TestNodesMixedTrafficStaysConserved(t *testing.T) {
 			id := agents[rng.IntN(len(agents))]
 			switch op := rng.IntN(6); {
 			case op < 2 || len(held) == 0:
-				l, _, err := s.Acquire(t.Context(), id, core.CostUnits(1+rng.IntN(300)), 0, hour, now)
+				l, _, err := s.Acquire(t.Context(), id, fmt.Sprintf("node-%d", w/3), core.CostUnits(1+rng.IntN(300)), 0, hour, now)
 				if _, refused := errors.AsType[*ledger.Refusal](err); err != nil && !refused {
 					t.Errorf("acquire: %v", err)
 				} else if err == nil {
@@ -300,16 +379,10 @@ func TestNodesMixedTrafficStaysConserved(t *testing.T) {
 					t.Errorf("ingest: %v", err)
 				}
 			case op == 3:
-				i := rng.IntN(len(held))
-				l := held[i]
-				held = append(held[:i], held[i+1:]...)
-				n, _, err := s.Consolidate(t.Context(), l.ID, l.Token, 0, 100, 0, hour, now)
-				_, refused := errors.AsType[*ledger.Refusal](err)
-				switch {
-				case err == nil:
-					held = append(held, n)
-				case !refused && !errors.Is(err, ledger.ErrLeaseNotActive):
-					t.Errorf("consolidate: %v", err)
+				l := held[rng.IntN(len(held))]
+				_, _, err := s.Extend(t.Context(), l.ID, l.Token, core.CostUnits(rng.IntN(100)), 0, hour, now)
+				if err != nil && !errors.Is(err, ledger.ErrLeaseNotActive) && !errors.Is(err, ledger.ErrPeriodEnded) {
+					t.Errorf("extend: %v", err)
 				}
 			case op == 4:
 				i := rng.IntN(len(held))

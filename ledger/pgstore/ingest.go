@@ -190,7 +190,7 @@ func (x *txn) ingest(e *ledger.Usage, now int64) (ledger.IngestResult, error) {
 			return ledger.Rejected, err
 		}
 	case ledger.UsageOverage:
-		if err := ledger.SettleOverage(an.Chain(), e.Units); err != nil {
+		if err := ledger.SettleOverage(an.Chain(), e.Units, now); err != nil {
 			return 0, err
 		}
 	case ledger.UsagePostPaid:
@@ -306,30 +306,41 @@ func (s *Store) UsageOf(ctx context.Context, id core.AccountID, limit int) (out 
 		if _, err := readAccount(ctx, tx, id); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `SELECT event_id, source, lease_id, token, units, occurred_at FROM usage
-			WHERE account = $1 ORDER BY seq DESC LIMIT $2`, string(id), min(int64(limit), s.history))
+		rows, err := tx.Query(ctx, "SELECT "+usageColumns+" FROM usage WHERE account = $1 ORDER BY seq DESC LIMIT $2",
+			string(id), min(int64(limit), s.history))
 		if err != nil {
 			return err
 		}
-		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (ledger.Usage, error) {
-			u := ledger.Usage{Account: id}
-			var eventID []byte
-			var source int16
-			var leaseID, token, units int64
-			if err := row.Scan(&eventID, &source, &leaseID, &token, &units, &u.OccurredAt); err != nil {
-				return u, err
-			}
-			if len(eventID) != 16 || units <= 0 {
-				return u, fmt.Errorf("%w: usage of %s", ErrCorrupt, id)
-			}
-			u.ID, u.Source = [16]byte(eventID), ledger.UsageSource(source)
-			u.LeaseID, u.Token, u.Units = uint64(leaseID), uint64(token), core.CostUnits(units)
-			return u, nil
-		})
+		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (ledger.Usage, error) { return scanUsage(row, id, nil) })
 		return err
 	})
 	if err != nil || len(out) == 0 {
 		return nil, err
 	}
 	return out, nil
+}
+
+const usageColumns = "event_id, source, lease_id, token, units, occurred_at"
+
+// scanUsage reads one row of usageColumns of account id, preceded by the
+// row's sequence number (into seq) if seq is not nil.
+func scanUsage(row pgx.Row, id core.AccountID, seq *int64) (ledger.Usage, error) {
+	u := ledger.Usage{Account: id}
+	var eventID []byte
+	var source int16
+	var leaseID, token, units int64
+	dest := []any{&eventID, &source, &leaseID, &token, &units, &u.OccurredAt}
+	if seq != nil {
+		dest = append([]any{seq}, dest...)
+	}
+	if err := row.Scan(dest...); err != nil {
+		return u, err
+	}
+	if len(eventID) != 16 || units <= 0 {
+		return u, fmt.Errorf("%w: usage of %s", ErrCorrupt, id)
+	}
+	// lease_id and token hold the event's uint64s bit for bit.
+	u.ID, u.Source = [16]byte(eventID), ledger.UsageSource(source)
+	u.LeaseID, u.Token, u.Units = uint64(leaseID), uint64(token), core.CostUnits(units)
+	return u, nil
 }

@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 
@@ -17,8 +16,13 @@ const lockLeaseSQL = "SELECT " + leaseColumns + " FROM leases WHERE id = $1 FOR 
 
 // Acquire implements ledger.Store (see ledger.Acquire). A refusal is a
 // *ledger.Refusal and changes nothing; the evidence is returned either way.
-func (s *Store) Acquire(ctx context.Context, id core.AccountID, want, need core.CostUnits, ttl, now int64) (ledger.Lease, ledger.Evidence, error) {
+// The holder is stored as text: at most 256 bytes of UTF-8 without NUL
+// bytes, else ErrInvalid.
+func (s *Store) Acquire(ctx context.Context, id core.AccountID, holder string, want, need core.CostUnits, ttl, now int64) (ledger.Lease, ledger.Evidence, error) {
 	if err := ledger.ValidateGrant(want, ttl, now); err != nil {
+		return ledger.Lease{}, ledger.Evidence{}, err
+	}
+	if err := validLabel("lease holder", holder); err != nil {
 		return ledger.Lease{}, ledger.Evidence{}, err
 	}
 	var rec ledger.LeaseRecord
@@ -35,7 +39,7 @@ func (s *Store) Acquire(ctx context.Context, id core.AccountID, want, need core.
 		if err != nil {
 			return err
 		}
-		if rec, ev, err = ledger.Acquire(an, leaseID, want, need, ttl, now); err != nil {
+		if rec, ev, err = ledger.Acquire(an, leaseID, holder, want, need, ttl, now); err != nil {
 			return err
 		}
 		x.insertLease(rec)
@@ -71,44 +75,30 @@ func (x *txn) lockLease(id uint64) (*ledger.LeaseRecord, ledger.Ancestry, error)
 	return rec, an, nil
 }
 
-// Consolidate implements ledger.Store (see ledger.Consolidate). If the
-// replacement is refused, the release is still committed and the
-// *ledger.Refusal returned; any other error changes nothing.
-func (s *Store) Consolidate(ctx context.Context, leaseID, token uint64, unspent, want, need core.CostUnits, ttl, now int64) (ledger.Lease, ledger.Evidence, error) {
-	if err := ledger.ValidateGrant(want, ttl, now); err != nil {
+// Extend implements ledger.Store (see ledger.Extend). A refusal or an
+// ended period changes nothing; the evidence is returned either way.
+func (s *Store) Extend(ctx context.Context, leaseID, token uint64, want, need core.CostUnits, ttl, now int64) (ledger.Lease, ledger.Evidence, error) {
+	if err := ledger.ValidateExtend(ttl, now); err != nil {
 		return ledger.Lease{}, ledger.Evidence{}, err
 	}
-	var next ledger.LeaseRecord
+	var out ledger.Lease
 	var ev ledger.Evidence
-	var refusal error
 	err := s.update(ctx, func(x *txn) error {
-		refusal = nil
+		ev = ledger.Evidence{}
 		rec, an, err := x.lockLease(leaseID)
 		if err != nil {
 			return err
 		}
-		id, err := x.nextLeaseID()
-		if err != nil {
+		if ev, err = ledger.Extend(rec, an, token, want, need, ttl, now); err != nil {
 			return err
 		}
-		next, ev, err = ledger.Consolidate(rec, an, token, unspent, want, need, ttl, now, id)
-		if _, refused := errors.AsType[*ledger.Refusal](err); refused {
-			refusal = err // commit the release; report the refusal
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		x.insertLease(next)
+		out = rec.Lease
 		return nil
 	})
-	if err == nil {
-		err = refusal
-	}
 	if err != nil {
 		return ledger.Lease{}, ev, err
 	}
-	return next.Lease, ev, nil
+	return out, ev, nil
 }
 
 // Release implements ledger.Store (see ledger.Release).

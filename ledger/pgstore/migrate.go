@@ -84,6 +84,12 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	if err != nil {
 		return err
 	}
+	return migrateTo(ctx, pool, ms)
+}
+
+// migrateTo applies those of ms the database lacks (tests pass a prefix of
+// migrations(), to make a database as an older build left it).
+func migrateTo(ctx context.Context, pool *pgxpool.Pool, ms []migration) error {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("pgstore: %w", err)

@@ -7,7 +7,7 @@
 -- Columns: rule (what is broken), account, lease (when the rule is about
 -- one lease), detail (the numbers).
 WITH lease_funding AS ( -- one row per funder of every lease
-    SELECT l.id, l.account AS holder, l.state, l.granted, l.used, l.credited,
+    SELECT l.id, l.account AS lessee, l.state, l.granted, l.used, l.credited,
            f.account, f.allowance, f.top_up
     FROM leases AS l,
          unnest(l.funders, l.funded_allowance, l.funded_top_up) AS f (account, allowance, top_up)
@@ -33,6 +33,11 @@ FROM accounts AS a
 WHERE a.deposited::numeric + a.overage
    <> a.allowance_left::numeric + a.top_up_left + a.outstanding + a.settled + a.loss + a.expired
 UNION ALL
+SELECT 'L1 debt beside balance', a.id, NULL,
+       format('owes overage %s but holds allowance %s + top-ups %s', a.overage, a.allowance_left, a.top_up_left)
+FROM accounts AS a
+WHERE a.overage > 0 AND (a.allowance_left > 0 OR a.top_up_left > 0)
+UNION ALL
 SELECT 'L2 outstanding', a.id, NULL,
        format('outstanding %s, but its active leases hold %s', a.outstanding, coalesce(h.units, 0))
 FROM accounts AS a LEFT JOIN held AS h ON h.account = a.id
@@ -54,9 +59,9 @@ FROM lease_funding AS f
 WHERE f.allowance::numeric + f.top_up <> f.granted
 UNION ALL
 SELECT 'L4 funder', f.account, f.id,
-       format('funder of a lease of %s is not %s or a metered ancestor of it', f.holder, f.holder)
+       format('funder of a lease of %s is not %s or a metered ancestor of it', f.lessee, f.lessee)
 FROM lease_funding AS f
-JOIN accounts AS h ON h.id = f.holder
+JOIN accounts AS h ON h.id = f.lessee
 LEFT JOIN accounts AS p ON p.id = h.parent
 LEFT JOIN accounts AS a ON a.id = f.account
 WHERE a.id IS NULL OR a.unmetered OR f.account NOT IN (h.id, coalesce(h.parent, ''), coalesce(p.parent, ''))

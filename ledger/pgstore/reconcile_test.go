@@ -21,7 +21,7 @@ type busyLeases struct{ active, released, reclaimed ledger.Lease }
 // busyLedger gives s a hierarchy with every kind of money movement: an
 // allowance and a rollover, top-ups, an active lease with usage, a
 // released one with a gap and late usage, a reclaimed one, overage and
-// post-paid usage, and a second root.
+// post-paid usage, and a second root in debt, partly repaid.
 func busyLedger(t *testing.T, s *Store) busyLeases {
 	t.Helper()
 	ctx := t.Context()
@@ -39,7 +39,7 @@ func busyLedger(t *testing.T, s *Store) busyLeases {
 	var err error
 	grant := func(id core.AccountID, want core.CostUnits) ledger.Lease {
 		t.Helper()
-		l, _, err := s.Acquire(ctx, id, want, want, hour, t0)
+		l, _, err := s.Acquire(ctx, id, "node-a", want, want, hour, t0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -67,6 +67,14 @@ func busyLedger(t *testing.T, s *Store) busyLeases {
 	}
 	if n, err := s.Rollover(ctx, t0+day, 10); n != 1 || err != nil {
 		t.Fatalf("rollover: %d, %v", n, err)
+	}
+	// Post-paid usage beyond other's balance is debt; a deposit repays part.
+	if _, err = s.Ingest(ctx, []ledger.Usage{{ID: eventID(8), Account: "other", Source: ledger.UsagePostPaid, Units: 100}}, t0+day); err != nil {
+		t.Fatal(err)
+	}
+	mustDeposit(t, s, "other", 20)
+	if a, err := s.Account(ctx, "other"); err != nil || a.Overage != 13 || a.Repaid != 20 || a.Balance() != 0 {
+		t.Fatalf("other after its debt: %+v, %v", a, err)
 	}
 	return b
 }
@@ -125,6 +133,8 @@ func TestReconcileFlagsCorruption(t *testing.T) {
 		{"broken hierarchy", []string{"UPDATE accounts SET scope = 3 WHERE id = 'ws'"}, nil, "hierarchy"},
 		{"not conserved", []string{"ALTER TABLE accounts DROP CONSTRAINT conserved",
 			"UPDATE accounts SET settled = settled + 1 WHERE id = 'other'"}, nil, "L1 conservation"},
+		{"a debt beside a balance", []string{"ALTER TABLE accounts DROP CONSTRAINT no_balance_beside_debt",
+			"UPDATE accounts SET overage = overage + 1, top_up_left = top_up_left + 1 WHERE id = 'other'"}, nil, "L1 debt beside balance"},
 		{"allowance above the budget", []string{"ALTER TABLE accounts DROP CONSTRAINT allowance_within_budget",
 			"UPDATE accounts SET allowance_left = allowance_left + 1, deposited = deposited + 1 WHERE id = 'org'"}, nil, "L5 allowance"},
 		{"spent more than granted", []string{"ALTER TABLE leases DROP CONSTRAINT bounded_spend",
@@ -165,7 +175,7 @@ func TestReconcileFlagsCorruption(t *testing.T) {
 func TestCheckRunsTheReconciliation(t *testing.T) {
 	s, _ := openFresh(t, Options{})
 	busyLedger(t, s)
-	if _, err := s.pool.Exec(t.Context(), "UPDATE accounts SET settled = settled + 4, top_up_left = top_up_left - 4 WHERE id = 'other'"); err != nil {
+	if _, err := s.pool.Exec(t.Context(), "UPDATE accounts SET settled = settled + 4, top_up_left = top_up_left - 4 WHERE id = 'org'"); err != nil {
 		t.Fatal(err)
 	}
 	err := s.Check(t.Context())
@@ -187,6 +197,9 @@ func TestConstraintsRefuseBrokenRows(t *testing.T) {
 		{"UPDATE accounts SET top_up_left = -1, deposited = deposited - top_up_left - 1 WHERE id = 'other'", "accounts_top_up_left_check"},
 		{"UPDATE accounts SET allowance_left = budget_allowance + 1, deposited = deposited + 1 + budget_allowance - allowance_left WHERE id = 'org'", "allowance_within_budget"},
 		{"UPDATE accounts SET top_up_left = top_up_left + 1, deposited = deposited + 1 WHERE id = 'ws'", "unmetered_holds_no_money"},
+		{"UPDATE accounts SET overage = overage + 1, top_up_left = top_up_left + 1 WHERE id = 'other'", "no_balance_beside_debt"},
+		{"UPDATE accounts SET repaid = -1 WHERE id = 'other'", "accounts_repaid_check"},
+		{"UPDATE leases SET holder = repeat('n', 257) WHERE id = $1", "leases_holder_check"},
 		{"UPDATE leases SET used = granted + 1 WHERE id = $1", "bounded_spend"},
 		{"UPDATE leases SET funded_top_up[1] = funded_top_up[1] + 1 WHERE id = $1", "funders_pay_the_grant"},
 		{"UPDATE leases SET token = 1 WHERE id = $1", "one_lease_per_token"},
@@ -250,8 +263,8 @@ func TestBytesKeepNilApartFromEmpty(t *testing.T) {
 	}
 }
 
-// TestTextRefusesWhatPostgreSQLCannotHold: ids with NUL bytes or invalid
-// UTF-8 are ErrInvalid, not a database error.
+// TestTextRefusesWhatPostgreSQLCannotHold: ids, names and holders with NUL
+// bytes or invalid UTF-8 are ErrInvalid, not a database error.
 func TestTextRefusesWhatPostgreSQLCannotHold(t *testing.T) {
 	s, _ := openFresh(t, Options{})
 	mustCreate(t, s, "org", "")
@@ -268,6 +281,30 @@ func TestTextRefusesWhatPostgreSQLCannotHold(t *testing.T) {
 		if _, err := s.Audit(t.Context(), ledger.AuditRecord{Target: id}); !errors.Is(err, ledger.ErrInvalid) {
 			t.Errorf("audit target %q: %v", id, err)
 		}
+		if err := s.AddKey(t.Context(), ledger.Key{ID: "k", Account: "org", Name: id}); !errors.Is(err, ledger.ErrInvalid) {
+			t.Errorf("key name %q: %v", id, err)
+		}
+		if err := s.AddAdminToken(t.Context(), ledger.AdminToken{ID: id}); !errors.Is(err, ledger.ErrInvalid) {
+			t.Errorf("admin token id %q: %v", id, err)
+		}
+		if err := s.AddAdminToken(t.Context(), ledger.AdminToken{ID: "atk", Name: id}); !errors.Is(err, ledger.ErrInvalid) {
+			t.Errorf("admin token name %q: %v", id, err)
+		}
+		if _, _, err := s.Acquire(t.Context(), "org", id, 1, 0, hour, t0); !errors.Is(err, ledger.ErrInvalid) {
+			t.Errorf("lease holder %q: %v", id, err)
+		}
+	}
+	// Labels are bounded like ids; a holder of 256 bytes is stored whole.
+	long := strings.Repeat("n", maxNameLen)
+	if _, _, err := s.Acquire(t.Context(), "org", long+"n", 1, 0, hour, t0); !errors.Is(err, ledger.ErrInvalid) {
+		t.Errorf("a holder of %d bytes: %v", len(long)+1, err)
+	}
+	mustDeposit(t, s, "org", 10)
+	if l, _, err := s.Acquire(t.Context(), "org", long, 1, 0, hour, t0); err != nil || l.Holder != long {
+		t.Errorf("a holder of %d bytes: %+v, %v", len(long), l, err)
+	}
+	if ls, err := s.Leases(t.Context(), true); err != nil || len(ls) != 1 || ls[0].Holder != long {
+		t.Errorf("the stored holder: %+v, %v", ls, err)
 	}
 }
 

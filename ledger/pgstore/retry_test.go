@@ -34,7 +34,7 @@ func TestADeadlockVictimIsRetried(t *testing.T) {
 	granted := make(chan error, 1)
 	go func() {
 		// Locks org, then waits for ws.
-		_, _, err := s.Acquire(ctx, "ws", 10, 0, hour, t0)
+		_, _, err := s.Acquire(ctx, "ws", "node-a", 10, 0, hour, t0)
 		granted <- err
 	}()
 	waitForLockWait(t, s)

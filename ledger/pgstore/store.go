@@ -32,8 +32,11 @@
 // Range. Amounts, tokens and ids are uint64 in Go and bigint here: a value
 // above 2^63−1 cannot be stored, and a change that would produce one is
 // ledger.ErrOverflow and changes nothing (boltstore's limit is 2^64−1).
-// Strings stored as text (key, token and deposit ids, audit fields) must
-// be valid UTF-8 without NUL bytes, else ErrInvalid.
+// Strings stored as text (key, token and deposit ids, key and token names,
+// lease holders, audit fields) must be valid UTF-8 without NUL bytes, else
+// ErrInvalid; names and holders are at most 256 bytes, as ids are. Ids
+// are collated "C", so listings are in byte order, as boltstore's are,
+// whatever the database's locale.
 //
 // Fleet. Configuration changes are appended to a change log in the
 // transaction that makes them and announced with NOTIFY (changes.go).

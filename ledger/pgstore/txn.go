@@ -15,10 +15,10 @@ import (
 
 // txn is one read-write transaction with a cache of the accounts and
 // leases it has locked. Rules mutate the cached values in place (through
-// pointers), so every rule of one call sees the others' effects — a
-// consolidation's grant sees its release's credit, the events of an ingest
-// batch see each other — and flush writes each changed record once, at the
-// end, set-wise (one UPDATE … FROM unnest per table), together with what
+// pointers), so every rule of one call sees the others' effects — the
+// events of an ingest batch see each other — and flush writes each changed
+// record once, at the end, set-wise (one UPDATE … FROM unnest per table;
+// an extended lease has a statement of its own), together with what
 // follows from it: the change log entries of configuration changes
 // (changes.go) and any statement the call queued. Deriving the change log
 // from the records' before and after states means no call can forget it.
@@ -42,9 +42,10 @@ type cachedAccount struct {
 }
 
 type cachedLease struct {
-	rec   ledger.LeaseRecord
-	was   ledger.Lease // as loaded; zero for a new lease
-	isNew bool
+	rec        ledger.LeaseRecord
+	was        ledger.Lease     // as loaded; zero for a new lease
+	wasFunding []ledger.Funding // as loaded
+	isNew      bool
 }
 
 type queuedStatement struct {
@@ -150,7 +151,7 @@ func (x *txn) lockLeases(query string, args ...any) ([]*ledger.LeaseRecord, erro
 		if err != nil {
 			return nil, err
 		}
-		c := &cachedLease{rec: rec, was: rec.Lease}
+		c := &cachedLease{rec: rec, was: rec.Lease, wasFunding: slices.Clone(rec.Funding)}
 		x.leases[rec.ID] = c
 		out = append(out, &c.rec)
 	}
@@ -238,13 +239,13 @@ const updateAccountsSQL = `UPDATE accounts AS a SET status = u.status, policy = 
 		policy_generation = u.policy_generation, budget_allowance = u.budget_allowance,
 		budget_period = u.budget_period, deposited = u.deposited, overage = u.overage,
 		allowance_left = u.allowance_left, top_up_left = u.top_up_left, outstanding = u.outstanding,
-		settled = u.settled, loss = u.loss, expired = u.expired, period_start = u.period_start,
+		settled = u.settled, loss = u.loss, expired = u.expired, repaid = u.repaid, period_start = u.period_start,
 		period_end = u.period_end, next_token = u.next_token
 	FROM unnest($1::text[], $2::smallint[], $3::bytea[], $4::bigint[], $5::bigint[], $6::smallint[],
 		$7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bigint[],
-		$14::bigint[], $15::bigint[], $16::bigint[], $17::bigint[])
+		$14::bigint[], $15::bigint[], $16::bigint[], $17::bigint[], $18::bigint[])
 		AS u(id, status, policy, policy_generation, budget_allowance, budget_period, deposited, overage,
-		allowance_left, top_up_left, outstanding, settled, loss, expired, period_start, period_end, next_token)
+		allowance_left, top_up_left, outstanding, settled, loss, expired, repaid, period_start, period_end, next_token)
 	WHERE a.id = u.id`
 
 // accountRow is an account's mutable columns, as stored: comparing two
@@ -254,7 +255,7 @@ type accountRow struct {
 	policy                 string
 	hasPolicy              bool
 	generation, allowance  int64
-	money                  [8]int64
+	money                  [9]int64 // moneyFields' order
 	periodStart, periodEnd int64
 	nextToken              int64
 }
@@ -265,8 +266,8 @@ func encodeAccount(a *ledger.Account) (accountRow, error) {
 		hasPolicy: a.Policy != nil, generation: w.int("policy generation", a.PolicyGeneration),
 		allowance: w.units("budget allowance", a.Budget.Allowance), periodStart: a.PeriodStart, periodEnd: a.PeriodEnd,
 		nextToken: w.int("next fencing token", a.NextToken)}
-	for i, v := range [8]core.CostUnits{a.Deposited, a.Overage, a.AllowanceLeft, a.TopUpLeft, a.Outstanding, a.Settled, a.Loss, a.Expired} {
-		r.money[i] = w.units("money", v)
+	for i, v := range moneyFields(a) {
+		r.money[i] = w.units("money", *v)
 	}
 	if w.err != nil {
 		return r, fmt.Errorf("account %s: %w", a.ID, w.err)
@@ -282,7 +283,7 @@ func (x *txn) flushAccounts(b *pgx.Batch) error {
 		status, period         []int16
 		policy                 [][]byte
 		generation, allowance  []int64
-		money                  [8][]int64
+		money                  [9][]int64
 		periodStart, periodEnd []int64
 		nextToken              []int64
 	}
@@ -311,7 +312,7 @@ func (x *txn) flushAccounts(b *pgx.Batch) error {
 	}
 	m := cols.money
 	b.Queue(updateAccountsSQL, cols.ids, cols.status, cols.policy, cols.generation, cols.allowance, cols.period,
-		m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7], cols.periodStart, cols.periodEnd, cols.nextToken).
+		m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7], m[8], cols.periodStart, cols.periodEnd, cols.nextToken).
 		Exec(affects("updating accounts", len(cols.ids)))
 	return nil
 }
@@ -332,36 +333,56 @@ func (x *txn) logAccountChanges(a *ledger.Account, was, now accountRow) {
 }
 
 const insertLeaseSQL = `INSERT INTO leases (` + leaseColumns + `)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`
 
+// updateLeasesSQL writes what usage, a release and a reclaim change, for
+// any number of leases.
 const updateLeasesSQL = `UPDATE leases AS l SET used = u.used, credited = u.credited, state = u.state
 	FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::smallint[]) AS u(id, used, credited, state)
 	WHERE l.id = u.id`
 
-// flushLeases inserts new leases and updates changed ones (only Used,
-// Credited and State ever change).
+// extendLeaseSQL writes a lease an extension changed: its grant, its
+// expiry and what each funder paid, in one statement (the CHECK that every
+// funder paid the whole grant reads them together), with the columns
+// updateLeasesSQL writes.
+const extendLeaseSQL = `UPDATE leases SET granted = $2, expires_at = $3, funded_allowance = $4, funded_top_up = $5,
+		used = $6, credited = $7, state = $8
+	WHERE id = $1`
+
+// flushLeases inserts new leases and updates changed ones. Of a lease,
+// only Used, Credited and State change, and an extension's Granted,
+// ExpiresAt and funded amounts; the rest is fixed at the grant.
 func (x *txn) flushLeases(b *pgx.Batch) error {
 	var ids, used, credited []int64
 	var states []int16
 	for _, id := range slices.Sorted(maps.Keys(x.leases)) {
 		c := x.leases[id]
-		if !c.isNew && c.rec.Lease == c.was {
+		l := &c.rec
+		extended := !c.isNew && (l.Granted != c.was.Granted || l.ExpiresAt != c.was.ExpiresAt || !slices.Equal(l.Funding, c.wasFunding))
+		if !c.isNew && !extended && l.Lease == c.was {
 			continue
 		}
+		if !c.isNew && c.fixedChanged() {
+			return fmt.Errorf("pgstore: lease %d: a field fixed at the grant changed, from %+v %+v to %+v", l.ID, c.was, c.wasFunding, c.rec)
+		}
 		var w writer
-		l := &c.rec
 		lid := w.int("lease id", l.ID)
-		if c.isNew {
+		switch {
+		case c.isNew:
 			funders := make([]string, len(l.Funding))
-			allowance, topUp, periodStart := make([]int64, len(l.Funding)), make([]int64, len(l.Funding)), make([]int64, len(l.Funding))
+			periodStart := make([]int64, len(l.Funding))
 			for i, f := range l.Funding {
 				funders[i], periodStart[i] = string(f.Account), f.PeriodStart
-				allowance[i], topUp[i] = w.units("funded allowance", f.Allowance), w.units("funded top-up", f.TopUp)
 			}
-			b.Queue(insertLeaseSQL, lid, string(l.Account), w.int("fencing token", l.Token), w.units("granted", l.Granted),
+			allowance, topUp := fundedAmounts(&w, l.Funding)
+			b.Queue(insertLeaseSQL, lid, string(l.Account), l.Holder, w.int("fencing token", l.Token), w.units("granted", l.Granted),
 				w.units("used", l.Used), w.units("credited", l.Credited), int16(l.State), l.GrantedAt, l.ExpiresAt,
 				funders, allowance, topUp, periodStart)
-		} else {
+		case extended:
+			allowance, topUp := fundedAmounts(&w, l.Funding)
+			b.Queue(extendLeaseSQL, lid, w.units("granted", l.Granted), l.ExpiresAt, allowance, topUp,
+				w.units("used", l.Used), w.units("credited", l.Credited), int16(l.State)).Exec(affects("extending a lease", 1))
+		default:
 			ids, states = append(ids, lid), append(states, int16(l.State))
 			used, credited = append(used, w.units("used", l.Used)), append(credited, w.units("credited", l.Credited))
 		}
@@ -373,4 +394,31 @@ func (x *txn) flushLeases(b *pgx.Batch) error {
 		b.Queue(updateLeasesSQL, ids, used, credited, states).Exec(affects("updating leases", len(ids)))
 	}
 	return nil
+}
+
+// fixedChanged reports whether a field fixed at the grant changed (the
+// holder, the token, the funders and their periods…): a bug, as flush
+// writes only the fields that may change.
+func (c *cachedLease) fixedChanged() bool {
+	l, was := &c.rec, &c.was
+	if l.Account != was.Account || l.Holder != was.Holder || l.Token != was.Token || l.GrantedAt != was.GrantedAt ||
+		len(l.Funding) != len(c.wasFunding) {
+		return true
+	}
+	for i, f := range l.Funding {
+		if f.Account != c.wasFunding[i].Account || f.PeriodStart != c.wasFunding[i].PeriodStart {
+			return true
+		}
+	}
+	return false
+}
+
+// fundedAmounts are the funded_allowance and funded_top_up columns of a
+// lease funded by f.
+func fundedAmounts(w *writer, f []ledger.Funding) (allowance, topUp []int64) {
+	allowance, topUp = make([]int64, len(f)), make([]int64, len(f))
+	for i := range f {
+		allowance[i], topUp[i] = w.units("funded allowance", f[i].Allowance), w.units("funded top-up", f[i].TopUp)
+	}
+	return allowance, topUp
 }
