@@ -78,6 +78,82 @@ func TestDaemonOnPostgreSQL(t *testing.T) {
 	t.Logf("%d acknowledged, %d billed (%d units) into PostgreSQL", len(a.units), len(billed), sum)
 }
 
+// TestDaemonOnPostgreSQLRecoversItsOwnLeases: a node killed with SIGKILL
+// under load comes back on the same data directory (so as the same
+// --node-id) and, before it serves, bills its spool and releases the
+// leases it held in the shared ledger: nothing is forfeited. A lease
+// another node holds on the same account stays that node's.
+func TestDaemonOnPostgreSQLRecoversItsOwnLeases(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts and kills real processes")
+	}
+	url := pgtest.Database(t)
+	dir := t.TempDir()
+	const funded, price = 100_000, 10
+	flags := []string{"--ledger", url, "--node-id", "node-a", "--usage-history", "1000000"}
+	p := startProc(t, dir, flags...)
+	key := p.provision("pg", funded, price)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a := load(ctx, p.listen, key, 4)
+	time.Sleep(time.Second)
+	p.kill9()
+	cancel()
+	a.wait()
+	if len(a.units) == 0 {
+		t.Fatalf("nothing admitted (denials %v)", a.denied)
+	}
+
+	s, err := pgstore.Open(t.Context(), url, pgstore.Options{UsageHistory: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	held, err := s.Leases(t.Context(), true)
+	if err != nil || len(held) == 0 {
+		t.Fatalf("the killed node held no lease: %v, %v", held, err)
+	}
+	for _, l := range held {
+		if l.Holder != "node-a" {
+			t.Fatalf("a lease of the killed node names %q", l.Holder)
+		}
+	}
+	other, _, err := s.Acquire(t.Context(), "pg", "node-b", 50, 0, int64(time.Hour), time.Now().UnixNano())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	p = startProc(t, dir, flags...)
+	p.stop()
+	if !strings.Contains(p.all.String(), "recovered the leases this node held") {
+		t.Fatalf("no recovery logged:\n%s", p.all.String())
+	}
+	if found, err := s.Reconcile(t.Context()); err != nil || len(found) > 0 {
+		t.Fatalf("reconciliation: %v, %v", found, err)
+	}
+	if err := s.Check(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	billed := usageByID(t, s, "pg")
+	for id, units := range a.units {
+		if u, ok := billed[id]; !ok || uint64(u.Units) != units {
+			t.Fatalf("acknowledged request %s (%d units) billed as %+v (found %v)", id, units, u, ok)
+		}
+	}
+	active, err := s.Leases(t.Context(), true)
+	if err != nil || len(active) != 1 || active[0] != other {
+		t.Fatalf("active leases after the restart: %+v, %v; want only node-b's %+v", active, err, other)
+	}
+	acct, err := s.Account(t.Context(), "pg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if acct.Loss != 0 || acct.Outstanding != other.Granted || acct.Balance()+acct.Settled+acct.Outstanding != acct.Deposited {
+		t.Fatalf("after recovery: %+v; node-b holds %d", acct, other.Granted)
+	}
+	t.Logf("%d acknowledged before the kill; %d leases of node-a recovered, node-b's kept", len(a.units), len(held))
+}
+
 // TestLedgerFlags: --ledger and TOLLGATED_LEDGER name a PostgreSQL URL,
 // --ledger-file (TOLLGATED_LEDGER_FILE) a file holding one; nothing means
 // the embedded file.
