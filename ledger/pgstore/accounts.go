@@ -86,6 +86,9 @@ func existing(ctx context.Context, tx pgx.Tx, spec ledger.AccountSpec, into *led
 
 // readAccount reads account id without locking it.
 func readAccount(ctx context.Context, q querier, id core.AccountID) (ledger.Account, error) {
+	if id.Validate() != nil { // not a stored id; perhaps not even text PostgreSQL can hold
+		return ledger.Account{}, fmt.Errorf("%w: account %q", ledger.ErrNotFound, id)
+	}
 	a, err := scanAccount(q.QueryRow(ctx, "SELECT "+accountColumns+" FROM accounts WHERE id = $1", string(id)))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ledger.Account{}, fmt.Errorf("%w: account %q", ledger.ErrNotFound, id)
@@ -113,6 +116,9 @@ func (s *Store) Accounts(ctx context.Context) ([]ledger.Account, error) {
 
 // Children implements ledger.Store.
 func (s *Store) Children(ctx context.Context, id core.AccountID) ([]core.AccountID, error) {
+	if id.Validate() != nil {
+		return nil, fmt.Errorf("%w: account %q", ledger.ErrNotFound, id)
+	}
 	var exists bool
 	var children []string
 	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM accounts WHERE id = $1),

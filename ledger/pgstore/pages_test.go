@@ -166,3 +166,36 @@ func openICU(t *testing.T) *Store {
 	}
 	return s
 }
+
+// TestIdsNoAccountCanHaveAreNotFound: an account id PostgreSQL's text
+// cannot hold (a NUL byte, invalid UTF-8) is an unknown account, as it is
+// to boltstore, not a database error.
+func TestIdsNoAccountCanHaveAreNotFound(t *testing.T) {
+	s, _ := openFresh(t, Options{})
+	ctx := t.Context()
+	for _, id := range []core.AccountID{"a\x00b", "\xff"} {
+		calls := map[string]error{}
+		_, calls["Account"] = s.Account(ctx, id)
+		_, calls["Children"] = s.Children(ctx, id)
+		_, calls["Evidence"] = s.Evidence(ctx, id)
+		_, calls["UsageOf"] = s.UsageOf(ctx, id, 1)
+		_, _, calls["ListUsage"] = s.ListUsage(ctx, id, ledger.Page{Limit: 1})
+		_, _, calls["ListAccounts"] = s.ListAccounts(ctx, ledger.AccountFilter{Parent: id}, ledger.Page{Limit: 1})
+		_, calls["SetStatus"] = s.SetStatus(ctx, id, core.StatusSuspended)
+		_, _, calls["Deposit"] = s.Deposit(ctx, id, 1, "d", t0)
+		_, _, calls["Acquire"] = s.Acquire(ctx, id, "node-a", 1, 0, hour, t0)
+		calls["AddKey"] = s.AddKey(ctx, ledger.Key{ID: "k", Account: id})
+		for call, err := range calls {
+			want := ledger.ErrNotFound
+			if call == "AddKey" { // the key's account id is checked first
+				want = ledger.ErrInvalid
+			}
+			if !errors.Is(err, want) {
+				t.Errorf("%s(%q): %v, want %v", call, id, err, want)
+			}
+		}
+		if keys, err := s.Keys(ctx, id); err != nil || len(keys) != 0 {
+			t.Errorf("Keys(%q): %v, %v", id, keys, err)
+		}
+	}
+}

@@ -68,17 +68,23 @@ const lockAccountsSQL = `WITH RECURSIVE chain (id, parent) AS (
 	ORDER BY id FOR NO KEY UPDATE OF accounts`
 
 // lockAccounts locks and caches the accounts ids and their ancestries.
-// Unknown ids are simply not cached (account reports ErrNotFound). A call
-// may lock accounts once.
+// Unknown ids are simply not cached (account reports ErrNotFound), nor
+// looked up if they are not valid ids. A call may lock accounts once.
 func (x *txn) lockAccounts(ids []core.AccountID) error {
 	if x.locked {
 		panic("pgstore: accounts locked twice in one transaction (the lock order would break)")
 	}
 	x.locked = true
-	if len(ids) == 0 {
+	valid := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if id.Validate() == nil {
+			valid = append(valid, string(id))
+		}
+	}
+	if len(valid) == 0 {
 		return nil
 	}
-	rows, err := x.tx.Query(x.ctx, lockAccountsSQL, ids)
+	rows, err := x.tx.Query(x.ctx, lockAccountsSQL, valid)
 	if err != nil {
 		return err
 	}
