@@ -3,12 +3,13 @@ GO      ?= go
 PKGS    ?= ./...
 BIN     := bin
 
-.PHONY: all build run test test-short vet fmt-check fuzz bench bench-http clean
+.PHONY: all build run test test-short vet fmt-check fuzz sim soak bench bench-http clean
 
 all: build
 
 build:
 	$(GO) build -o $(BIN)/tollgated ./cmd/tollgated
+	$(GO) build -o $(BIN)/tollgatectl ./cmd/tollgatectl
 	$(GO) build -o $(BIN)/loadtest ./cmd/loadtest
 
 # run starts tollgated with embedded defaults: no external service needed.
@@ -37,6 +38,20 @@ fmt-check:
 # `make test` only replays their corpora. See docs/FUZZING.md.
 FUZZTIME  ?= 30s
 FUZZFLAGS ?=
+# sim runs SEEDS more seeded simulations of a node (control/sim) after
+# the ones make test runs, starting at SEED; a failure names its seed, and
+# `make sim SEED=<it> SEEDS=1` replays it exactly. STEPS=0 keeps the default.
+SEEDS ?= 50
+SEED  ?= 1000
+STEPS ?= 0
+sim:
+	$(GO) test -count=1 -timeout 60m -run '^TestSimulation$$' ./control/sim -sim.seed=$(SEED) -sim.seeds=$(SEEDS) -sim.steps=$(STEPS) -v
+
+# soak runs the real daemon through cycles of load and quiet and checks an
+# idle daemon's costs (bench/soak.sh; about 3 minutes).
+soak:
+	bash bench/soak.sh
+
 fuzz:
 	@list=$$($(GO) test -list '^Fuzz' $(PKGS)) || { echo "$$list"; exit 1; }; \
 	targets=$$(echo "$$list" | awk '/^Fuzz/ { t[n++] = $$1; next } /^ok/ { for (i = 0; i < n; i++) print $$2 " " t[i]; n = 0 }'); \

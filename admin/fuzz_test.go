@@ -301,7 +301,8 @@ func fuzzRoutes(f *testing.F, routes []fuzzRoute) {
 		before := e.state(t)
 		w := httptest.NewRecorder()
 		e.srv.Handler().ServeHTTP(w, req)
-		checkAnswer(t, r, auth%4 == 0 || auth%4 == 3, w)
+		// The dashboard's paths answer without a token (ui.go): as if authed.
+		checkAnswer(t, r, auth%4 == 0 || auth%4 == 3 || dashboardPath(req.URL.Path), w)
 		if n := testutil.ToFloat64(e.srv.metrics.panics); n != 0 {
 			t.Fatalf("%s %s: a handler panicked", r.method, target)
 		}
@@ -332,6 +333,10 @@ func newFuzzRequest(method, target string, body []byte) (req *http.Request, err 
 	}
 	return httptest.NewRequest(method, target, bytes.NewReader(body)), nil
 }
+
+// dashboardPath reports whether p is under /ui, which the dashboard serves
+// without the admin token (its files, or 404 for none).
+func dashboardPath(p string) bool { return p == "/ui" || strings.HasPrefix(p, "/ui/") }
 
 // checkAnswer asserts the status is documented and every error a problem.
 func checkAnswer(t *testing.T, r fuzzRoute, authed bool, w *httptest.ResponseRecorder) {
@@ -404,6 +409,11 @@ func addSeeds(f *testing.F, routes []fuzzRoute) {
 		}
 		for _, other := range ids {
 			f.Add(route, uint8(0), other, "", validBody)
+		}
+		if r.path == "{raw}" { // the dashboard's paths, which take no token
+			for _, p := range []string{"/ui", "/ui/app.js", "/ui/nothing"} {
+				f.Add(route, uint8(1), p, "", validBody)
+			}
 		}
 		for _, q := range []string{"limit=0", "limit=1001", "limit=x", "limit=1&limit=2", "cursor=zzz", "cursor=", "nope=1", "%zz", "status=x", "active=maybe", "parent=nobody"} {
 			f.Add(route, uint8(0), id, q, validBody)

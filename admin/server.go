@@ -9,7 +9,8 @@
 // every error, the listener's own included, is a problem+json with a
 // stable code (problem.go, listener.go).
 //
-// Every request but GET /healthz needs Authorization: Bearer <admin token>
+// Every request but GET /healthz and the dashboard's files (/ui, ui.go)
+// needs Authorization: Bearer <admin token>
 // (EnsureAdminToken provisions the first; more are created through the
 // API). Every change is made in the ledger first, then recorded as an audit
 // record (the admin token's id as actor, before and after), then handed to
@@ -35,6 +36,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/credential"
@@ -80,6 +82,9 @@ type Config struct {
 	// Holdings, when set, tells the account view what this node's leases
 	// hold unspent, so "available" counts it (see fundsView). Optional.
 	Holdings Holdings
+	// Tracing makes the admin requests' spans (tracing.go); nil means the
+	// process's global provider (a no-op unless one was set).
+	Tracing trace.TracerProvider
 }
 
 // Server serves the admin API.
@@ -93,6 +98,7 @@ type Server struct {
 	scrape   http.Handler // promhttp over reg
 	handler  http.Handler
 	holdings Holdings
+	tracing  trace.TracerProvider
 
 	// mu serialises changes. The ledger makes each change atomic, but an
 	// audit record's before is read just ahead of the change: holding mu
@@ -116,7 +122,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		store: cfg.Store, hasher: cfg.Hasher, pub: cfg.Publisher, reg: cfg.Registry,
-		now: cfg.Now, log: cfg.Log, rand: cfg.Rand, holdings: cfg.Holdings,
+		now: cfg.Now, log: cfg.Log, rand: cfg.Rand, holdings: cfg.Holdings, tracing: cfg.Tracing,
 	}
 	if s.reg == nil {
 		s.reg = prometheus.NewRegistry()
@@ -133,7 +139,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.metrics = m
 	s.scrape = promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{})
-	s.handler = s.routes()
+	s.handler = s.traced(s.routes())
 	return s, nil
 }
 
@@ -188,6 +194,7 @@ func (s *Server) routes() http.Handler {
 	// /debug/pprof/, before authentication.
 	mux.Handle("/debug/pprof", s.instrument("unmatched", s.dispatch(methods{}, true)))
 	mux.Handle("/healthz", s.instrument("/healthz", http.HandlerFunc(s.health)))
+	s.mountUI(mux) // the dashboard (ui.go)
 	// Everything else: 404 as a problem (after authentication, so the
 	// listener does not reveal which paths exist).
 	unmatched := s.instrument("unmatched", s.dispatch(methods{}, true))

@@ -21,7 +21,8 @@ type PostPaidClaims struct {
 // plane (Config.Claims) and the exporter (Exporter.Claims).
 func NewPostPaidClaims() *PostPaidClaims { return &PostPaidClaims{ids: make(map[[16]byte]int)} }
 
-func (c *PostPaidClaims) claim(evs []ledger.Usage) {
+// Claim holds evs back from the exporter.
+func (c *PostPaidClaims) Claim(evs []ledger.Usage) {
 	c.mu.Lock()
 	for i := range evs {
 		c.ids[evs[i].ID]++
@@ -29,7 +30,8 @@ func (c *PostPaidClaims) claim(evs []ledger.Usage) {
 	c.mu.Unlock()
 }
 
-func (c *PostPaidClaims) release(evs []ledger.Usage) {
+// Unclaim lets the exporter bill evs again.
+func (c *PostPaidClaims) Unclaim(evs []ledger.Usage) {
 	c.mu.Lock()
 	for i := range evs {
 		if c.ids[evs[i].ID]--; c.ids[evs[i].ID] <= 0 {

@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -20,12 +21,21 @@ type ExportSpool interface {
 }
 
 // Exporter moves durable usage from the spool to the ledger in batches,
-// then lets the spool drop it. Ingest is idempotent by event id, so a crash
-// between ingest and release only makes the next export report duplicates:
-// every event is billed exactly once.
+// then lets the spool drop it.
+//
+// A batch's data-plane usage is folded into totals — one per lease, one
+// per account's elastic overage — and billed in one ledger transaction
+// that also moves the node's export mark over the batch (Store.Settle).
+// Exactly once comes from the mark, not from remembering every event: a
+// crash between the settlement and the spool's release replays the batch,
+// and the ledger, finding its mark past it, changes nothing. So the
+// ledger's work grows with leases and time, not with requests. Post-paid
+// events keep their reporters' ids and are ingested by id (Store.Ingest):
+// a reporter's retry must be a duplicate whatever the spool did.
 type Exporter struct {
 	spool ExportSpool
 	store ledger.Store
+	node  string
 	batch int
 	// Changed, if set, hears of accounts whose funding changed by more than
 	// their leases (post-paid usage debits balances directly).
@@ -33,14 +43,6 @@ type Exporter struct {
 	// Claims, if set, are post-paid events the plane bills itself: an
 	// export stops before the first one until the plane lets go of it.
 	Claims *PostPaidClaims
-
-	mu          sync.Mutex // one export pass at a time
-	after       uint64
-	released    uint64 // highest sequence the spool was told it may drop
-	lastRelease time.Time
-	events      []ledger.Usage
-	seqs        []uint64
-
 	// OnError, if set, hears every failed export (the daemon logs it); the
 	// records stay in the spool and are exported on a later pass.
 	OnError func(error)
@@ -48,23 +50,43 @@ type Exporter struct {
 	// open commit entry must stay for a restart to find it.
 	Floor func() uint64
 
-	wake                                   chan struct{}
-	accepted, duplicate, rejected, batches atomic.Uint64
-	failures                               atomic.Uint64
+	mu          sync.Mutex // one export pass at a time
+	after       uint64
+	marked      bool   // the ledger's mark was read into after
+	released    uint64 // highest sequence the spool was told it may drop
+	lastRelease time.Time
+	post        []ledger.Usage
+	fold        folder
+
+	wake  chan struct{}
+	stats struct {
+		events, settlements, duplicates, billed, rejected atomic.Uint64
+		postAccepted, postDuplicate, postRejected         atomic.Uint64
+		failures                                          atomic.Uint64
+	}
 }
 
 // ExportStats counts what the exporter did.
 type ExportStats struct {
-	Accepted, Duplicate, Rejected, Batches, Failures uint64
-	Exported                                         uint64 // highest spool sequence in the ledger
+	Events        uint64 // data-plane usage records folded into settlements
+	Settlements   uint64 // ledger transactions that billed them
+	Duplicates    uint64 // settlements the ledger had already applied (replays after a crash)
+	UnitsBilled   uint64
+	UnitsRejected uint64 // lease usage beyond what its lease could take
+	// Post-paid events, by the ledger's verdict on each.
+	PostAccepted, PostDuplicate, PostRejected uint64
+	Failures                                  uint64
+	Exported                                  uint64 // highest spool sequence in the ledger
 }
 
-// NewExporter exports from s to store in batches of up to batch events.
-func NewExporter(s ExportSpool, store ledger.Store, batch int) *Exporter {
+// NewExporter exports from s to store, as node, in batches of up to batch
+// records.
+func NewExporter(s ExportSpool, store ledger.Store, node string, batch int) *Exporter {
 	if batch <= 0 {
 		batch = 256
 	}
-	return &Exporter{spool: s, store: store, batch: batch, wake: make(chan struct{}, 1)}
+	return &Exporter{spool: s, store: store, node: node, batch: batch, wake: make(chan struct{}, 1),
+		fold: newFolder()}
 }
 
 // Resume starts the export after sequence after (the spool's released
@@ -85,30 +107,48 @@ func (e *Exporter) Wake() {
 	}
 }
 
-// Run exports until stop closes: on every wake, and every interval anyway.
-// A failing ledger is retried with backoff; nothing is dropped.
+// Run exports until stop closes: after each Wake (the spool calls it when
+// more usage is durable), at most once per interval, so a busy node bills in
+// batches; and not at all while nothing new is durable, so an idle node's
+// exporter does not wake. A failing ledger is retried with backoff (up to
+// 5 s); nothing is dropped.
 func (e *Exporter) Run(stop <-chan struct{}, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
 	backoff := interval
 	for {
 		select {
 		case <-stop:
 			return
 		case <-e.wake:
-		case <-t.C:
 		}
+		wait := interval
 		if err := e.export(context.Background(), false); err != nil {
 			backoff = min(2*backoff, 5*time.Second)
-			select {
-			case <-stop:
-				return
-			case <-time.After(backoff):
+			wait = backoff
+			e.Wake() // what failed is still to export
+		} else {
+			backoff = interval
+			if e.pending() {
+				e.Wake()
 			}
-			continue
 		}
-		backoff = interval
+		select {
+		case <-stop:
+			return
+		case <-time.After(wait):
+		}
 	}
+}
+
+// pending reports whether durable records wait for export, or exported
+// ones for their release mark.
+func (e *Exporter) pending() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	upTo := e.after
+	if e.Floor != nil {
+		upTo = min(upTo, e.Floor())
+	}
+	return e.after < e.spool.Durable() || upTo > e.released
 }
 
 // releaseEvery spaces out the spool's release marks (each one is a small
@@ -116,17 +156,24 @@ func (e *Exporter) Run(stop <-chan struct{}, interval time.Duration) {
 // re-exported as duplicates after a crash.
 const releaseEvery = time.Second
 
-// Export ingests every record durable now, batch by batch, and releases
-// them from the spool.
+// Export bills every record durable now, batch by batch, and releases them
+// from the spool.
 func (e *Exporter) Export(ctx context.Context) error { return e.export(ctx, true) }
 
 func (e *Exporter) export(ctx context.Context, release bool) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if !e.marked {
+		mark, err := e.store.ExportMark(ctx, e.node)
+		if err != nil {
+			return err
+		}
+		e.after, e.marked = max(e.after, mark), true
+	}
 	for e.after < e.spool.Durable() {
 		n, err := e.exportBatch(ctx)
 		if err != nil {
-			e.failures.Add(1)
+			e.stats.failures.Add(1)
 			if e.OnError != nil {
 				e.OnError(err)
 			}
@@ -149,71 +196,89 @@ func (e *Exporter) export(ctx context.Context, release bool) error {
 	return nil
 }
 
+// exportBatch bills the next batch: post-paid events by id, then the
+// folded data-plane totals with the mark. It returns how many records it
+// moved past (0: wait, the plane is billing the next one itself).
 func (e *Exporter) exportBatch(ctx context.Context) (int, error) {
-	e.events, e.seqs = e.events[:0], e.seqs[:0]
-	last, err := e.spool.Read(e.after, e.batch, func(seq uint64, payload []byte) error {
-		k, u, err := record.Decode(payload)
+	e.post = e.post[:0]
+	e.fold.reset()
+	from, last, n := e.after, e.after, 0
+	_, err := e.spool.Read(e.after, e.batch, func(seq uint64, payload []byte) error {
+		rec, err := record.Decode(payload)
 		if err != nil {
 			return fmt.Errorf("spool record %d: %w", seq, err)
 		}
-		if k == record.Commit {
-			return nil // a journal entry, not a bill
+		u := rec.Usage
+		switch {
+		case rec.Kind == record.Commit: // a journal entry, not a bill
+		case u.Source == ledger.UsagePostPaid:
+			if e.Claims != nil && e.Claims.held(u.ID) {
+				return errStop // the plane is billing it: stop before it
+			}
+			e.post = append(e.post, u)
+		default:
+			if !e.fold.add(&u) {
+				return errStop // a total would overflow: the next batch bills it
+			}
 		}
-		e.events = append(e.events, u)
-		e.seqs = append(e.seqs, seq)
+		last, n = seq, n+1
 		return nil
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, errStop) {
 		return 0, err
 	}
-	if k := e.unclaimed(); k < len(e.events) {
-		if k == 0 {
-			return 0, nil // the plane is billing the next event: try again later
-		}
-		e.events, e.seqs, last = e.events[:k], e.seqs[:k], e.seqs[k-1]
-	}
-	if len(e.events) == 0 {
-		e.after = max(e.after, last)
+	if n == 0 {
 		return 0, nil
 	}
-	results, err := e.store.Ingest(ctx, e.events, time.Now().UnixNano())
+	if len(e.post) > 0 {
+		if err := e.ingestPostPaid(ctx); err != nil {
+			return 0, err
+		}
+	}
+	st := e.fold.settlement(e.node, from, last)
+	ctx, span := startSpan(ctx, "export.settle", attrEvents.Int(int(st.Events)))
+	res, err := e.store.Settle(ctx, st, time.Now().UnixNano())
+	endSpan(span, err)
 	if err != nil {
 		return 0, err
+	}
+	e.stats.settlements.Add(1)
+	if res.Duplicate {
+		e.stats.duplicates.Add(1)
+	} else {
+		e.stats.events.Add(st.Events)
+		e.stats.billed.Add(uint64(res.Accepted))
+		e.stats.rejected.Add(uint64(res.Rejected))
+	}
+	e.after = last
+	return n, nil
+}
+
+// errStop ends a spool read early without an error.
+var errStop = errors.New("stop")
+
+// ingestPostPaid bills the batch's post-paid events by id.
+func (e *Exporter) ingestPostPaid(ctx context.Context) error {
+	results, err := e.store.Ingest(ctx, e.post, time.Now().UnixNano())
+	if err != nil {
+		return err
 	}
 	var changed []core.AccountID
 	for i, r := range results {
 		switch r {
 		case ledger.Accepted:
-			e.accepted.Add(1)
-			if e.events[i].Source == ledger.UsagePostPaid {
-				changed = append(changed, e.events[i].Account)
-			}
+			e.stats.postAccepted.Add(1)
+			changed = append(changed, e.post[i].Account)
 		case ledger.Duplicate:
-			e.duplicate.Add(1)
+			e.stats.postDuplicate.Add(1)
 		default:
-			e.rejected.Add(1)
+			e.stats.postRejected.Add(1)
 		}
 	}
-	e.batches.Add(1)
-	e.after = last
 	if len(changed) > 0 && e.Changed != nil {
 		e.Changed(changed)
 	}
-	return len(e.events), nil
-}
-
-// unclaimed is how many of the batch's events come before the first one
-// the plane has claimed.
-func (e *Exporter) unclaimed() int {
-	if e.Claims == nil {
-		return len(e.events)
-	}
-	for i := range e.events {
-		if e.events[i].Source == ledger.UsagePostPaid && e.Claims.held(e.events[i].ID) {
-			return i
-		}
-	}
-	return len(e.events)
+	return nil
 }
 
 // Stats reports the exporter's counters.
@@ -221,6 +286,58 @@ func (e *Exporter) Stats() ExportStats {
 	e.mu.Lock()
 	exported := e.after
 	e.mu.Unlock()
-	return ExportStats{Accepted: e.accepted.Load(), Duplicate: e.duplicate.Load(), Rejected: e.rejected.Load(),
-		Batches: e.batches.Load(), Failures: e.failures.Load(), Exported: exported}
+	c := &e.stats
+	return ExportStats{Events: c.events.Load(), Settlements: c.settlements.Load(), Duplicates: c.duplicates.Load(),
+		UnitsBilled: c.billed.Load(), UnitsRejected: c.rejected.Load(), PostAccepted: c.postAccepted.Load(),
+		PostDuplicate: c.postDuplicate.Load(), PostRejected: c.postRejected.Load(), Failures: c.failures.Load(),
+		Exported: exported}
+}
+
+// folder sums a batch's data-plane usage per lease and per account's
+// overage; its maps and slices are reused from batch to batch.
+type folder struct {
+	leases  map[ledger.LeaseUsage]int // the key has Units 0; the value indexes st.Leases
+	overage map[ledger.LeaseUsage]int // the key is the account alone; the value indexes st.Overage
+	st      ledger.Settlement
+}
+
+func newFolder() folder {
+	return folder{leases: make(map[ledger.LeaseUsage]int), overage: make(map[ledger.LeaseUsage]int)}
+}
+
+func (f *folder) reset() {
+	clear(f.leases)
+	clear(f.overage)
+	f.st = ledger.Settlement{Leases: f.st.Leases[:0], Overage: f.st.Overage[:0], History: f.st.History[:0]}
+}
+
+// add folds u into its total and keeps it for the accounts' history. It
+// reports false, folding nothing, when the total would overflow: the event
+// belongs in the next settlement.
+func (f *folder) add(u *ledger.Usage) bool {
+	totals, index := &f.st.Leases, f.leases
+	key := ledger.LeaseUsage{Account: u.Account, LeaseID: u.LeaseID, Token: u.Token}
+	if u.Source == ledger.UsageOverage {
+		totals, index, key = &f.st.Overage, f.overage, ledger.LeaseUsage{Account: u.Account}
+	}
+	i, ok := index[key]
+	if !ok {
+		i = len(*totals)
+		index[key] = i
+		*totals = append(*totals, key)
+	}
+	sum, err := (*totals)[i].Units.Add(u.Units)
+	if err != nil {
+		return false
+	}
+	(*totals)[i].Units = sum
+	f.st.Events++
+	f.st.History = append(f.st.History, *u)
+	return true
+}
+
+func (f *folder) settlement(node string, from, to uint64) ledger.Settlement {
+	st := f.st
+	st.Node, st.From, st.To = node, from, to
+	return st
 }

@@ -65,8 +65,9 @@ func newNode(t *testing.T, n int, lc LeaseConfig) *node {
 		t.Fatal(err)
 	}
 	nd.plane = p
-	nd.exporter = NewExporter(nd.spool, store, 256)
+	nd.exporter = NewExporter(nd.spool, store, "test-node", 256)
 	nd.exporter.Claims, nd.exporter.Floor = claims, p.Floor
+	nd.spool.onDurable = nd.exporter.Wake
 	nd.prov = NewProvisioner(p, store)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup

@@ -90,7 +90,7 @@ func (w *ledgerWorker) run() {
 // call runs a funding call and posts its result to done on the plane.
 func (w *ledgerWorker) call(c funding.Call, done func(funding.Result)) {
 	w.submit(func() {
-		r := w.run1(c)
+		r := w.tracedCall(c) // run1 in a span (trace.go)
 		w.post(func() { done(r) })
 	})
 }
@@ -123,7 +123,9 @@ func (w *ledgerWorker) run1(c funding.Call) funding.Result {
 func (w *ledgerWorker) ingest(events []ledger.Usage, now int64, done func([]ledger.IngestResult, error)) {
 	w.submit(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
+		ctx, span := startSpan(ctx, "ledger.ingest", attrEvents.Int(len(events)))
 		res, err := w.store.Ingest(ctx, events, now)
+		endSpan(span, err)
 		cancel()
 		w.post(func() { done(res, err) })
 	})

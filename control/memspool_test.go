@@ -4,16 +4,21 @@ import "sync"
 
 // memSpool is an in-memory spool for tests: every append is durable at once.
 type memSpool struct {
-	mu       sync.Mutex
-	records  [][]byte
-	released uint64
+	mu        sync.Mutex
+	records   [][]byte
+	released  uint64
+	onDurable func() // as spool.Options.OnDurable
 }
 
 func (s *memSpool) Append(p []byte) (uint64, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.records = append(s.records, append([]byte(nil), p...))
-	return uint64(len(s.records)), nil
+	n := uint64(len(s.records))
+	s.mu.Unlock()
+	if s.onDurable != nil {
+		s.onDurable()
+	}
+	return n, nil
 }
 
 func (s *memSpool) Durable() uint64 {

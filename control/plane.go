@@ -332,16 +332,19 @@ func (p *Plane) execute(now int64) int {
 			})
 		case plane.EffectClaim:
 			if p.cfg.Claims != nil {
-				p.cfg.Claims.claim(e.Ingest.Events)
+				p.cfg.Claims.Claim(e.Ingest.Events)
 			}
 		case plane.EffectUnclaim:
 			if p.cfg.Claims != nil {
-				p.cfg.Claims.release(e.Ingest.Events)
+				p.cfg.Claims.Unclaim(e.Ingest.Events)
 			}
 		case plane.EffectFundingChanged:
-			if f := p.cfg.FundingChanged; f != nil {
-				go f(e.Accounts)
-			}
+			go func(ids []core.AccountID, in *plane.Ingest) {
+				if f := p.cfg.FundingChanged; f != nil {
+					f(ids) // publishes the new evidence through Do
+				}
+				p.Do(func(m *plane.Machine, _ int64) { m.Refreshed(in) })
+			}(e.Accounts, e.Ingest)
 		}
 	}
 	p.m.ClearEffects()

@@ -20,7 +20,7 @@ import (
 // Changes are pushed to the shards through the plane the moment they are
 // made: a suspension stops admissions within one plane iteration.
 type Provisioner struct {
-	plane *Plane
+	plane Target
 	store ledger.Store
 	// Now reads the clock; tests inject one.
 	Now func() int64
@@ -49,8 +49,19 @@ const (
 	forgetBatches = 16
 )
 
+// Target is where a Provisioner publishes: the running Plane, or a
+// simulator driving the plane's state machine.
+type Target interface {
+	Install(snap *core.Snapshot) error
+	BindKey(d credential.Digest, account core.AccountID) error
+	RevokeKey(d credential.Digest) error
+	BindPlatformToken(d credential.Digest) error
+	RevokePlatformToken(d credential.Digest) error
+	FundingChanged(id core.AccountID, ev core.FundingEvidence)
+}
+
 // NewProvisioner returns a provisioner publishing store's state to p.
-func NewProvisioner(p *Plane, store ledger.Store) *Provisioner {
+func NewProvisioner(p Target, store ledger.Store) *Provisioner {
 	return &Provisioner{plane: p, store: store, Now: func() int64 { return time.Now().UnixNano() },
 		Grace: 10 * time.Second, EventRetention: DefaultEventRetention}
 }
@@ -60,9 +71,11 @@ const provisionTimeout = 10 * time.Second
 // AccountChanged republishes acct: its snapshot when the policy generation
 // moved, and the funding evidence of it and of every account below it
 // (their evidence is the tightest scope of their chain).
-func (v *Provisioner) AccountChanged(acct ledger.Account) error {
+func (v *Provisioner) AccountChanged(acct ledger.Account) (err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), provisionTimeout)
 	defer cancel()
+	ctx, span := startSpan(ctx, "provision.account", attrAccount.String(string(acct.ID)))
+	defer func() { endSpan(span, err) }()
 	if err := v.install(ctx, acct); err != nil {
 		return err
 	}
@@ -152,6 +165,8 @@ func (v *Provisioner) refreshEvidence(ctx context.Context, ids []core.AccountID)
 func (v *Provisioner) UsageChanged(ids []core.AccountID) {
 	ctx, cancel := context.WithTimeout(context.Background(), provisionTimeout)
 	defer cancel()
+	ctx, span := startSpan(ctx, "provision.usage", attrAccounts.Int(len(ids)))
+	defer span.End()
 	roots := make(map[core.AccountID]bool)
 	for _, id := range ids {
 		if root, err := v.rootOf(ctx, id); err == nil {
@@ -175,14 +190,16 @@ func (v *Provisioner) UsageChanged(ids []core.AccountID) {
 // wait is logged by the plane's caller; the ledger holds it, and the next
 // start loads it.
 func (v *Provisioner) BindKey(d credential.Digest, account core.AccountID) {
-	v.report(v.plane.BindKey(d, account))
+	v.report(traced("provision.bind_key", func() error { return v.plane.BindKey(d, account) }))
 }
-func (v *Provisioner) RevokeKey(d credential.Digest) { v.report(v.plane.RevokeKey(d)) }
+func (v *Provisioner) RevokeKey(d credential.Digest) {
+	v.report(traced("provision.revoke_key", func() error { return v.plane.RevokeKey(d) }))
+}
 func (v *Provisioner) BindPlatformToken(d credential.Digest) {
-	v.report(v.plane.BindPlatformToken(d))
+	v.report(traced("provision.bind_platform_token", func() error { return v.plane.BindPlatformToken(d) }))
 }
 func (v *Provisioner) RevokePlatformToken(d credential.Digest) {
-	v.report(v.plane.RevokePlatformToken(d))
+	v.report(traced("provision.revoke_platform_token", func() error { return v.plane.RevokePlatformToken(d) }))
 }
 
 func (v *Provisioner) report(err error) {
@@ -195,6 +212,8 @@ func (v *Provisioner) report(err error) {
 // keys and platform tokens, then evidence. A node calls it before it says
 // it is ready.
 func (v *Provisioner) Load(ctx context.Context) (accounts, keys int, err error) {
+	ctx, span := startSpan(ctx, "provision.load")
+	defer func() { endSpan(span, err) }()
 	all, err := v.store.Accounts(ctx)
 	if err != nil {
 		return 0, 0, err

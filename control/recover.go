@@ -47,21 +47,22 @@ type Recovery struct {
 // named one) is taken to be this node's: one ledger file served one node.
 func Recover(ctx context.Context, store ledger.Store, sp RecoverSpool, ex *Exporter, holder string, now int64) (Recovery, error) {
 	var r Recovery
-	open := make(map[[16]byte]ledger.Usage) // by event id: a commit and its bill share it
+	open := make(map[[16]byte]record.Record) // by event id: a commit and its bill share it
 	var order [][16]byte
 	err := sp.Replay(func(seq uint64, payload []byte) error {
 		r.Replayed++
-		k, u, err := record.Decode(payload)
+		rec, err := record.Decode(payload)
 		if err != nil {
 			return fmt.Errorf("spool record %d: %w", seq, err)
 		}
-		id := u.ID
-		switch k {
+		id := rec.Usage.ID
+		switch rec.Kind {
 		case record.Commit:
 			if _, seen := open[id]; !seen {
 				order = append(order, id)
 			}
-			open[id] = u
+			rec.Kind = record.Usage // what it becomes if nothing closes it
+			open[id] = rec
 		case record.Usage:
 			delete(open, id)
 		}
@@ -76,17 +77,17 @@ func Recover(ctx context.Context, store ledger.Store, sp RecoverSpool, ex *Expor
 	}
 	var buf []byte
 	for _, id := range order {
-		u, ok := open[id]
+		rec, ok := open[id]
 		if !ok {
 			continue
 		}
-		u.OccurredAt = now // it lapsed here: the node never saw it end
-		buf = record.Append(buf[:0], record.Usage, &u)
+		rec.Usage.OccurredAt = now // it lapsed here: the node never saw it end
+		buf = record.Append(buf[:0], &rec)
 		if _, err := sp.Append(buf); err != nil {
 			return r, fmt.Errorf("spooling an open commit's bill: %w", err)
 		}
 		r.OpenCommits++
-		r.OpenUnits += u.Units
+		r.OpenUnits += rec.Usage.Units
 	}
 	if r.OpenCommits > 0 {
 		if err := sp.Sync(); err != nil {

@@ -60,6 +60,16 @@ type Config struct {
 	// connection's deadlines are looked at about once per Tick. Default 100 ms.
 	Tick time.Duration
 
+	// IdleTick is how long the loop sleeps instead of Tick when the last
+	// wait brought nothing and Quiet says the handler has nothing due
+	// sooner: every timeout above counts in seconds, so an idle loop need
+	// not wake ten times a second (each wake-up also keeps the Go
+	// scheduler's monitor awake). Default 1 s; it never shortens Tick.
+	IdleTick time.Duration
+	// Quiet, when set, reports whether the handler has nothing that needs
+	// the loop sooner than IdleTick (no deadline of its own coming).
+	Quiet func() bool
+
 	// Wake, when set, is polled with the connections; OnWake runs on the loop
 	// thread whenever it rang or holds messages. *ring.Doorbell satisfies
 	// Waker; WakeFD adapts a bare eventfd.
@@ -94,6 +104,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.WriteTimeout = cmp.Or(c.WriteTimeout, 30*time.Second)
 	c.DeferTimeout = cmp.Or(c.DeferTimeout, 5*time.Second)
 	c.Tick = cmp.Or(c.Tick, 100*time.Millisecond)
+	c.IdleTick = max(cmp.Or(c.IdleTick, time.Second), c.Tick)
 
 	for _, v := range []int{c.MaxHeaderBytes, c.MaxBodyBytes, c.MaxConns, c.MaxOutput, c.ReadBufferSize} {
 		if v < 0 {

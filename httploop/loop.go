@@ -195,8 +195,12 @@ func (l *Loop) Run() error {
 	}
 	defer l.stop()
 	tick := int64(l.cfg.Tick)
+	quiet := false // the last wait brought nothing
 	for {
 		timeout := int(tick / int64(time.Millisecond))
+		if quiet && l.cfg.Quiet != nil && l.cfg.Quiet() {
+			timeout = int(l.cfg.IdleTick / time.Millisecond)
+		}
 		if len(l.ready) > 0 || l.acceptMore {
 			timeout = 0
 		}
@@ -216,6 +220,7 @@ func (l *Loop) Run() error {
 		if w != nil {
 			w.EndSleep()
 		}
+		quiet = n == 0 && !woke
 		if err != nil && err != unix.EINTR {
 			return fmt.Errorf("httploop: epoll_wait: %w", err)
 		}

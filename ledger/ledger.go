@@ -182,6 +182,57 @@ type Usage struct {
 	OccurredAt int64
 }
 
+// LeaseUsage is usage summed over many events: against one lease (LeaseID
+// and Token), or, for elastic overage, against the account alone.
+type LeaseUsage struct {
+	Account        core.AccountID
+	LeaseID, Token uint64
+	Units          core.CostUnits
+}
+
+// Settlement is one export pass of a node: the data-plane usage of its
+// spool records From+1 … To folded into totals, one per lease and one per
+// account's elastic overage. It bills in one transaction what the events
+// would have billed one by one; exactly once comes from the node's export
+// mark, which it moves from From to To, not from remembering event ids.
+type Settlement struct {
+	Node     string
+	From, To uint64 // spool sequences: From exclusive, To inclusive
+	Leases   []LeaseUsage
+	Overage  []LeaseUsage // LeaseID and Token 0
+	Events   uint64       // records folded, for the caller's counts
+	// History is the batch's events, in spool order, for the accounts'
+	// recent usage (Store.UsageOf): what the settlement billed of them is
+	// recorded (BilledEvents), nothing is indexed by event id. Optional;
+	// its units need not add up to the totals.
+	History []Usage
+}
+
+// SettleResult is what a Settlement did.
+type SettleResult struct {
+	// Duplicate: the node's mark was already at or past To (a batch
+	// replayed after a crash): nothing was applied.
+	Duplicate bool
+	// Accepted and Rejected units: lease usage beyond what its lease can
+	// take (see SettleLease), or against no lease of its account, is
+	// rejected, as the events would have been.
+	Accepted, Rejected core.CostUnits
+}
+
+// Add counts accepted and rejected units into r.
+func (r *SettleResult) Add(accepted, rejected core.CostUnits) error {
+	a, err := r.Accepted.Add(accepted)
+	if err != nil {
+		return fmt.Errorf("%w: settlement accepted units", err)
+	}
+	b, err := r.Rejected.Add(rejected)
+	if err != nil {
+		return fmt.Errorf("%w: settlement rejected units", err)
+	}
+	r.Accepted, r.Rejected = a, b
+	return nil
+}
+
 // IngestResult is what ingest did with one event, exactly once per ID.
 type IngestResult uint8
 
@@ -320,6 +371,14 @@ type Store interface {
 	// Ingest records a batch: results[i] answers events[i]. An error means
 	// nothing in the batch was recorded.
 	Ingest(ctx context.Context, events []Usage, now int64) ([]IngestResult, error)
+	// Settle applies a node's settlement and moves its export mark from
+	// s.From to s.To, in one transaction. A mark at or past s.To is a
+	// duplicate: nothing changes. A mark between s.From and s.To is
+	// ErrMarkOverlap (the totals cannot be split): nothing changes.
+	Settle(ctx context.Context, s Settlement, now int64) (SettleResult, error)
+	// ExportMark is node's export mark: the last spool sequence its
+	// settlements covered (0 before its first).
+	ExportMark(ctx context.Context, node string) (uint64, error)
 	// ForgetEvents drops the ids of up to limit events ingested before
 	// before, oldest first, and reports how many: an id forgotten is new
 	// again to Ingest. Ingest remembers every id until then, so the
@@ -387,5 +446,6 @@ var (
 	ErrFenced         = errors.New("ledger: fencing token does not match the lease")
 	ErrNotConserved   = errors.New("ledger: units not conserved")
 	ErrPeriodEnded    = errors.New("ledger: the lease's budget period has ended")
+	ErrMarkOverlap    = errors.New("ledger: a settlement overlaps what the node's export mark already covers")
 	ErrOverflow       = core.ErrCostOverflow
 )

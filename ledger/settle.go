@@ -161,6 +161,34 @@ func SettleLease(rec *LeaseRecord, funders []*Account, u *Usage) (accepted bool,
 	return true, nil
 }
 
+// SettleLeaseUnits bills u.Units of usage against the lease rec that funded
+// it, as SettleLease bills one event, and reports how many units it took:
+// all of them when they fit, what fits when they do not (an ended lease
+// takes at most its provisional loss), none when u names another account,
+// lease or token. Summing events into one total changes nothing a lease can
+// take: it never exceeds what it was granted.
+func SettleLeaseUnits(rec *LeaseRecord, funders []*Account, u *LeaseUsage) (core.CostUnits, error) {
+	if u.Units == 0 || u.Account != rec.Account || u.LeaseID != rec.ID || u.Token != rec.Token {
+		return 0, nil
+	}
+	room, err := rec.Granted.Sub(rec.Used)
+	if err == nil && rec.State != LeaseActive {
+		room, err = room.Sub(rec.Credited)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("%w: lease %d granted %d, used %d, credited %d", ErrNotConserved, rec.ID, rec.Granted, rec.Used, rec.Credited)
+	}
+	take := min(u.Units, room)
+	if take == 0 {
+		return 0, nil
+	}
+	ev := Usage{Account: u.Account, LeaseID: u.LeaseID, Token: u.Token, Units: take, Source: UsageLease}
+	if ok, err := SettleLease(rec, funders, &ev); err != nil || !ok {
+		return 0, err
+	}
+	return take, nil
+}
+
 // SettleOverage bills units of elastic overage — admitted beyond the
 // lease that funded nothing of it — to every account of chain, as
 // SettlePostPaid does: the work ran, so each account pays what its balance
@@ -233,6 +261,45 @@ func matchFunders(rec *LeaseRecord, funders []*Account) error {
 		}
 		if s, err := f.Allowance.Add(f.TopUp); err != nil || s != rec.Granted {
 			return fmt.Errorf("%w: lease %d funder %s paid %d+%d of %d", ErrNotConserved, rec.ID, f.Account, f.Allowance, f.TopUp, rec.Granted)
+		}
+	}
+	return nil
+}
+
+// BilledEvents calls fn, in order, for the events of st.History that the
+// settlement billed, given the units it billed of each lease total
+// (leaseTook[i] of st.Leases[i]) and of each overage total
+// (overageTook[i] of st.Overage[i]). A total's billed units go to its
+// events first come, first billed; the event that straddles the bound is
+// passed with the units billed of it, and later ones are not passed. So
+// the events passed add up to at most what the settlement billed, and to
+// exactly that when History holds every folded event.
+func BilledEvents(st *Settlement, leaseTook, overageTook []core.CostUnits, fn func(*Usage) error) error {
+	if len(leaseTook) != len(st.Leases) || len(overageTook) != len(st.Overage) {
+		return fmt.Errorf("%w: %d lease and %d overage results for %d and %d totals",
+			ErrInvalid, len(leaseTook), len(overageTook), len(st.Leases), len(st.Overage))
+	}
+	left := make(map[LeaseUsage]core.CostUnits, len(st.Leases)+len(st.Overage))
+	for i, l := range st.Leases {
+		left[LeaseUsage{Account: l.Account, LeaseID: l.LeaseID, Token: l.Token}] += leaseTook[i]
+	}
+	for i, o := range st.Overage {
+		left[LeaseUsage{Account: o.Account}] += overageTook[i]
+	}
+	for i := range st.History {
+		u := st.History[i]
+		key := LeaseUsage{Account: u.Account}
+		if u.Source != UsageOverage {
+			key.LeaseID, key.Token = u.LeaseID, u.Token
+		}
+		room := left[key]
+		if room == 0 || u.Units == 0 {
+			continue
+		}
+		u.Units = min(u.Units, room)
+		left[key] = room - u.Units
+		if err := fn(&u); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -7,7 +7,8 @@ package loadtest
 //
 //	POST /v1/accounts                {"id":"<id>","parent":null}   2xx, or 409 if it exists
 //	PUT  /v1/accounts/{id}/policy    <the --admin-policy file, verbatim>   (only if given)
-//	PUT  /v1/accounts/{id}/budget    {"allowance":N,"period":"none|day|week|month"}
+//	PUT  /v1/accounts/{id}/budget    {"allowance":N,"period":"day|week|month"}, or
+//	POST /v1/accounts/{id}/deposits  {"units":N,...} when the period is "none"
 //	POST /v1/accounts/{id}/keys      {}  ->  {"key":"<secret>", ...}
 //	POST /v1/platform-tokens         {}  ->  {"token":"<secret>", ...}
 //
@@ -155,13 +156,19 @@ func (a *adminClient) provisionOne(o *AdminOptions, id string) (Account, error) 
 			return Account{}, err
 		}
 	}
-	budget := []byte(`{"allowance":` + strconv.FormatInt(o.Budget, 10) + `,"period":` +
-		string(appendJSONString(nil, []byte(o.Period))) + `}`)
-	st, b, err = a.do("PUT", base+"/budget", budget)
+	// An allowance renews each period; without one the funds are a
+	// deposit (the admin API refuses an allowance with period "none").
+	method, path, body := "PUT", base+"/budget", []byte(`{"allowance":`+strconv.FormatInt(o.Budget, 10)+`,"period":`+
+		string(appendJSONString(nil, []byte(o.Period)))+`}`)
+	if o.Period == "" || o.Period == "none" {
+		method, path = "POST", base+"/deposits"
+		body = []byte(`{"units":` + strconv.FormatInt(o.Budget, 10) + `,"idempotency_key":"loadtest"}`)
+	}
+	st, b, err = a.do(method, path, body)
 	if err != nil {
 		return Account{}, err
 	}
-	if err := expect2xx("PUT", base+"/budget", st, b); err != nil {
+	if err := expect2xx(method, path, st, b); err != nil {
 		return Account{}, err
 	}
 	st, b, err = a.do("POST", base+"/keys", []byte("{}"))

@@ -63,6 +63,9 @@ func startFakeAdmin(t *testing.T, token string) (*fakeAdmin, string) {
 			ctx.SetStatusCode(201)
 		case method == "PUT" && len(parts) == 3 && parts[2] == "budget" && a.accounts[parts[1]]:
 			a.budgets[parts[1]] = string(ctx.PostBody())
+		case method == "POST" && len(parts) == 3 && parts[2] == "deposits" && a.accounts[parts[1]]:
+			a.budgets[parts[1]] = "deposit " + string(ctx.PostBody())
+			ctx.SetStatusCode(201)
 		case method == "PUT" && len(parts) == 3 && parts[2] == "policy" && a.accounts[parts[1]]:
 			a.policies[parts[1]] = string(ctx.PostBody())
 		case method == "POST" && len(parts) == 3 && parts[2] == "keys" && a.accounts[parts[1]]:

@@ -211,6 +211,19 @@ func (n *Node) ShardStats() []shard.Stats {
 	return out
 }
 
+// Latency returns the shards' latency histograms, summed, and how many
+// postponed answers went untimed (shard/latency.go).
+func (n *Node) Latency() (sum shard.Latency, untimed uint64) {
+	var one shard.Latency
+	for _, r := range n.runners {
+		untimed += r.s.Latency(&one)
+		for i := range sum {
+			sum[i].Add(&one[i])
+		}
+	}
+	return sum, untimed
+}
+
 // Stats sums the shards' transport counters.
 func (n *Node) Stats() []httploop.Stats {
 	out := make([]httploop.Stats, len(n.runners))
@@ -353,6 +366,7 @@ func (r *runner) loopConfig() httploop.Config {
 	lc := r.cfgLoop
 	lc.Wake = r.in
 	lc.OnWake = func() { r.s.Poll(r.now) }
+	lc.Quiet = r.s.Quiet
 	lc.OnTick = func(now int64) {
 		r.now = now
 		r.s.Poll(now)

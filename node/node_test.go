@@ -59,7 +59,7 @@ func bindNode(t testing.TB, shards int) *testNode {
 		t.Fatal(err)
 	}
 	tn.spool = sp
-	exporter := control.NewExporter(sp, store, 4096)
+	exporter := control.NewExporter(sp, store, "test-node", 4096)
 	n, err := Bind(Config{
 		Listen: "127.0.0.1:0", CPUs: make([]int, shards), Secret: secret, MaxReservations: 4096,
 		Plane: control.Config{Store: store, Spool: sp, Appended: sp.Stats().Appended, Holder: "test-node",

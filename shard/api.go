@@ -36,6 +36,7 @@ var (
 func (s *Shard) Serve(r *Request) {
 	path := r.Req.URI().Path()
 	post := r.Req.Header.IsPost()
+	s.lat.begin(r, path)
 	switch {
 	case bytes.Equal(path, pathCheck) && post:
 		s.serveAdmit(r, true)
@@ -66,6 +67,7 @@ func (s *Shard) Serve(r *Request) {
 	default:
 		s.writeProblem(r.Resp, fasthttp.StatusNotFound, "not-found", "No such route")
 	}
+	s.lat.end(r)
 }
 
 func isRoute(p []byte) bool {

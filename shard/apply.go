@@ -16,7 +16,8 @@ type Completer func(ticket uint64, fill func(*fasthttp.Response))
 
 // SetCompleter wires the transport that parks forwarded requests.
 func (s *Shard) SetCompleter(c Completer) {
-	s.complete = c
+	// The shard completes through the latency recorder (latency.go).
+	s.complete = s.lat.timeCompletions(c)
 	s.fillReply = s.writeReply // bound once: completing allocates nothing
 }
 

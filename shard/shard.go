@@ -111,6 +111,8 @@ type Shard struct {
 	testDecodeFault func()
 	// platformStats counts the platform routes' answers (stats.go).
 	platformStats PlatformStats
+	// lat times every answer, per route (latency.go).
+	lat latencyRecorder
 }
 
 // New returns a shard that receives from in and sends to out.

@@ -74,6 +74,10 @@ var UsageResults = [NumUsageResults]string{"accepted", "duplicate", "rejected", 
 type publishedStats struct {
 	mu sync.Mutex // taken once per tick by the shard and per scrape: never on a request
 	s  Stats
+	// The latency histograms (latency.go) are kept apart from Stats: they
+	// are most of its size, and are copied once per tick, here, only.
+	lat     Latency
+	untimed uint64
 }
 
 // PublishStats copies the shard's counters for Stats. Call it on the
@@ -86,7 +90,20 @@ func (s *Shard) PublishStats() {
 		InternalErrors: s.internalErrors, Platform: s.platformStats}
 	s.pub.mu.Lock()
 	s.pub.s = st
+	if !s.lat.off {
+		s.pub.lat, s.pub.untimed = s.lat.hist, s.lat.untimed
+	}
 	s.pub.mu.Unlock()
+}
+
+// Latency copies the latency histograms last published into dst and
+// returns how many postponed answers went untimed (latency.go). Any
+// goroutine may call it.
+func (s *Shard) Latency(dst *Latency) (untimed uint64) {
+	s.pub.mu.Lock()
+	defer s.pub.mu.Unlock()
+	*dst = s.pub.lat
+	return s.pub.untimed
 }
 
 // Stats returns the counters last published. Any goroutine may call it.
@@ -111,4 +128,13 @@ func (p *PlatformStats) Add(o *PlatformStats) {
 	for i := range p.Usage {
 		p.Usage[i] += o.Usage[i]
 	}
+}
+
+// Quiet reports whether the shard has nothing due soon: no reservation in
+// flight (their deadlines are swept), no request waiting for funding, no
+// answer waiting for durability and no message waiting for ring room. Its
+// loop may then sleep longer between ticks. Call it on the shard's thread.
+func (s *Shard) Quiet() bool {
+	return s.engine.InFlight() == 0 && len(s.waits.order) == 0 && s.acks.head == s.acks.tail &&
+		len(s.pendingOut) == 0
 }

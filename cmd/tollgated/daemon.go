@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/rs/zerolog"
 
 	"github.com/tollgated/tollgated/admin"
@@ -46,6 +47,7 @@ type daemon struct {
 	grace    time.Duration
 	out      io.Writer                     // where the generated admin token is printed, once
 	plane    atomic.Pointer[control.Plane] // for the spool's durability callback
+	exported atomic.Pointer[control.Exporter]
 }
 
 // startDaemon brings tollgated up in dependency order; on any failure it
@@ -89,11 +91,11 @@ func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err 
 		}
 		log.Warn().Msg("demo account \"demo\" provisioned with --demo-key (for trying tollgated, not for production keys)")
 	}
-	if err := d.openSpool(cfg); err != nil {
-		return nil, err
-	}
 	nodeID, err := nodeIdentity(cfg)
 	if err != nil {
+		return nil, err
+	}
+	if err := d.openSpool(cfg, nodeID); err != nil {
 		return nil, err
 	}
 	if err := d.recover(ctx, nodeID); err != nil {
@@ -183,12 +185,15 @@ func pickCPUs(cfg config, log zerolog.Logger) ([]int, error) {
 
 // openSpool opens the usage spool and counts what a previous run left in
 // it; the exporter bills that first.
-func (d *daemon) openSpool(cfg config) error {
+func (d *daemon) openSpool(cfg config, nodeID string) error {
 	// Durable usage wakes the plane (answers wait on it), not the exporter:
 	// the exporter runs on its interval, in big batches.
 	s, err := spool.Open(filepath.Join(cfg.dataDir, spoolDir), spool.Options{FlushInterval: groupCommit(cfg.groupCommit), OnDurable: func(uint64) {
 		if p := d.plane.Load(); p != nil {
 			p.Kick()
+		}
+		if e := d.exported.Load(); e != nil {
+			e.Wake()
 		}
 	}})
 	if err != nil {
@@ -203,7 +208,8 @@ func (d *daemon) openSpool(cfg config) error {
 	if replayed > 0 {
 		d.log.Info().Int("events", replayed).Msg("usage spool replayed; billing it")
 	}
-	d.exporter = control.NewExporter(s, d.store, exportBatch)
+	d.exporter = control.NewExporter(s, d.store, nodeID, exportBatch)
+	d.exported.Store(d.exporter)
 	d.claims = control.NewPostPaidClaims()
 	d.exporter.Claims = d.claims
 	d.exporter.Resume(s.Stats().Released)
@@ -247,7 +253,8 @@ func (d *daemon) startAdmin(ctx context.Context, cfg config, hasher *credential.
 		fmt.Fprintf(d.out, "admin token (shown once; set TOLLGATED_ADMIN_TOKEN to choose your own): %s\n", token)
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(newNodeCollector(d), newBuildInfoCollector())
+	reg.MustRegister(newNodeCollector(d), newBuildInfoCollector(),
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv, err := admin.New(admin.Config{Store: d.store, Hasher: hasher, Publisher: d.prov, Registry: reg, Log: d.log,
 		Holdings: planeHoldings{d.node.Plane()}})
 	if err != nil {
@@ -297,7 +304,8 @@ func (d *daemon) shutdown() {
 	close(d.stop)
 	<-d.done
 	st := d.exporter.Stats()
-	d.log.Info().Uint64("accepted", st.Accepted).Uint64("duplicate", st.Duplicate).Uint64("rejected", st.Rejected).
+	d.log.Info().Uint64("events", st.Events).Uint64("settlements", st.Settlements).Uint64("units_billed", st.UnitsBilled).
+		Uint64("units_rejected", st.UnitsRejected).Uint64("post_paid_accepted", st.PostAccepted).
 		Msg("usage exported")
 	d.close()
 }

@@ -104,6 +104,12 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, st
 		go func() { <-sig; close(ch) }()
 		stop = ch
 	}
+	stopTracing, err := startTracing(os.Environ(), log)
+	if err != nil {
+		fmt.Fprintf(stderr, "tollgated: %v\n", err)
+		return 2
+	}
+	defer stopTracing()
 	if cfg.cpuProfile != "" {
 		f, err := os.Create(cfg.cpuProfile)
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/invariant"
+	"github.com/tollgated/tollgated/node"
 	"github.com/tollgated/tollgated/shard"
 )
 
@@ -32,7 +33,9 @@ var (
 	descWaits       = desc("funding_waits_total", "Requests that waited for funding, by how the wait ended: expired (still refused at the deadline), full (no room to wait: refused at once), abandoned (the client left first: dropped unbilled), or waited (all that waited).", "outcome")
 	descRing        = desc("ring_depth", "Messages waiting in a ring, per shard and direction.", "shard", "direction")
 	descLeases      = desc("lease_operations_total", "Ledger lease operations by the control plane.", "operation")
-	descUsage       = desc("usage_exported_total", "Usage events exported to the ledger, by result.", "result")
+	descUsage       = desc("usage_exported_total", "Usage records exported to the ledger: data-plane records folded into settlements, post-paid events by the ledger's verdict.", "result")
+	descSettlements = desc("ledger_settlements_total", "Ledger transactions that billed the data plane's usage (one per export batch, not per request).")
+	descSettled     = desc("units_settled_total", "Units the exporter's settlements billed, and lease usage the ledger rejected (beyond what its lease could take).", "result")
 	descSpooled     = desc("usage_spooled_total", "Usage events appended to the spool.")
 	descSpoolLag    = desc("spool_lag_events", "Spooled usage events not yet exported to the ledger.")
 	descSpoolBytes  = desc("spool_pending_bytes", "Spooled bytes not yet on disk.")
@@ -41,6 +44,8 @@ var (
 	descSpoolBroken = desc("spool_broken", "1 once the spool failed a write or sync: nothing more becomes durable, billing answers stop.")
 	descInvariants  = desc("invariant_violations_total", "Broken invariants by kind: each is a bug, logged as an error when it happens.", "kind")
 	descDroppedB    = desc("spool_recovery_dropped_bytes_total", "Bytes the spool cut from a torn or damaged tail when it opened.")
+	descLatency     = desc("request_duration_seconds", "Data-plane answers by route: from the shard loop's wake-up that read the request to its answer being ready (after durability, funding waits and forwarding).", "route")
+	descUntimed     = desc("request_duration_untimed_total", "Postponed data-plane answers left out of tollgated_request_duration_seconds because their timing slot was reused first.")
 
 	descInternal = desc("internal_errors_total", "Requests answered 500 internal: a panic recovered while decoding one (the first per shard is logged with its stack). Anything but 0 is a bug.")
 	// The platform routes (seed 000). An agent admits on every answer
@@ -101,6 +106,7 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter(ch, descInternal, float64(internal))
 	collectPlatform(ch, &platform)
+	collectLatency(ch, d.node)
 	for i, s := range d.node.Stats() {
 		counter(ch, descRequests, float64(s.Requests), strconv.Itoa(i))
 		gauge(ch, descConns, float64(s.Conns), strconv.Itoa(i))
@@ -119,9 +125,13 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(ch, descLeases, float64(op.n), op.name)
 	}
 	ex := d.exporter.Stats()
-	counter(ch, descUsage, float64(ex.Accepted), "accepted")
-	counter(ch, descUsage, float64(ex.Duplicate), "duplicate")
-	counter(ch, descUsage, float64(ex.Rejected), "rejected")
+	counter(ch, descUsage, float64(ex.Events), "data_plane")
+	counter(ch, descUsage, float64(ex.PostAccepted), "post_paid_accepted")
+	counter(ch, descUsage, float64(ex.PostDuplicate), "post_paid_duplicate")
+	counter(ch, descUsage, float64(ex.PostRejected), "post_paid_rejected")
+	counter(ch, descSettlements, float64(ex.Settlements))
+	counter(ch, descSettled, float64(ex.UnitsBilled), "billed")
+	counter(ch, descSettled, float64(ex.UnitsRejected), "rejected")
 	sp := d.spool.Stats()
 	counter(ch, descSpooled, float64(r.Durability.Appended))
 	gauge(ch, descOpenCommits, float64(r.Durability.OpenCommits))
@@ -159,6 +169,32 @@ func collectPlatform(ch chan<- prometheus.Metric, p *shard.PlatformStats) {
 	for i, result := range shard.UsageResults {
 		counter(ch, descPlatformUsage, float64(p.Usage[i]), result)
 	}
+}
+
+// latencyBuckets are the shards' bucket bounds in seconds.
+var latencyBuckets = func() []float64 {
+	b := make([]float64, len(shard.LatencyBounds))
+	for i, d := range shard.LatencyBounds {
+		b[i] = d.Seconds()
+	}
+	return b
+}()
+
+// collectLatency exports the shards' latency histograms, summed, as
+// tollgated_request_duration_seconds{route}.
+func collectLatency(ch chan<- prometheus.Metric, n *node.Node) {
+	lat, untimed := n.Latency()
+	for r := range lat {
+		h := &lat[r]
+		cumulative := make(map[float64]uint64, len(latencyBuckets))
+		var n uint64
+		for i, le := range latencyBuckets {
+			n += h.Counts[i]
+			cumulative[le] = n
+		}
+		ch <- prometheus.MustNewConstHistogram(descLatency, h.Count(), float64(h.SumNs)/1e9, cumulative, shard.RouteNames[r])
+	}
+	counter(ch, descUntimed, float64(untimed))
 }
 
 func counter(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, labels ...string) {

@@ -49,6 +49,11 @@ func startProcEnv(t *testing.T, dataDir string, env []string, extra ...string) *
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), "TOLLGATED_TEST_AS_DAEMON=1", "TOLLGATED_TEST_ARGS="+strings.Join(args, " "),
 		"TOLLGATED_ADMIN_TOKEN="+testAdminToken)
+	if bin := os.Getenv("TOLLGATED_TEST_BINARY"); bin != "" {
+		// Another build, to show a test fails there (see controlplane_test.go).
+		cmd = exec.Command(bin, args...)
+		cmd.Env = append(os.Environ(), "TOLLGATED_ADMIN_TOKEN="+testAdminToken)
+	}
 	cmd.Env = append(cmd.Env, env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

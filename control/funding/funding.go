@@ -190,7 +190,11 @@ type Machine struct {
 	// blocked[i] are accounts with a grant for shard i that found its
 	// queue full; Drained(i) serves them again.
 	blocked [][]*account
-	stats   Stats
+	// recalling are retired leases whose slices are not all back, by the
+	// order they were retired in (retired counts retirements): see Recalled.
+	recalling map[*lease]uint64
+	retired   uint64
+	stats     Stats
 }
 
 // pending is a call in flight or waiting to be sent.
@@ -211,6 +215,7 @@ type account struct {
 	calling   bool           // an acquire or extend is in flight or waiting
 	need      core.CostUnits // largest quote refused and not yet funded
 	retryAt   int64
+	backoff   int64          // nothingMore's current wait
 	lastDraw  int64          // last refill asked or usage settled
 	spent     core.CostUnits // usage settled against its leases, ever
 	markSpent core.CostUnits // spent at markAt
@@ -244,7 +249,23 @@ func New(cfg Config, out Out) *Machine {
 	cfg.setDefaults()
 	return &Machine{cfg: cfg, out: out, accounts: make(map[core.AccountID]*account),
 		under: make(map[core.AccountID][]*account), calls: make(map[uint64]*pending),
-		blocked: make([][]*account, cfg.Shards)}
+		blocked: make([][]*account, cfg.Shards), recalling: make(map[*lease]uint64)}
+}
+
+// Retired is how many leases were retired so far: a mark for Recalled.
+func (m *Machine) Retired() uint64 { return m.retired }
+
+// Recalled reports whether every lease among the first mark retired has
+// all its slices back from the shards: no shard can spend from them any
+// more. A caller that must not answer before a debt stops its account
+// (post-paid usage) waits for it.
+func (m *Machine) Recalled(mark uint64) bool {
+	for l, seq := range m.recalling {
+		if seq <= mark && l.out > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // Stats returns the machine's counters.
@@ -340,7 +361,7 @@ func (m *Machine) Evidence(id core.AccountID, ev core.FundingEvidence, now int64
 	}
 	a.ev, a.hasEv = ev, true
 	m.out.Publish(id, ev)
-	a.retryAt = 0
+	a.retryAt, a.backoff = 0, 0
 	if l := a.cur; l != nil && ev.Remaining < l.pool+l.out {
 		m.handBack(a, l, now)
 	}
@@ -441,8 +462,11 @@ func (m *Machine) Tick(now int64) {
 // due handles an account whose timer fired.
 func (m *Machine) due(a *account, now int64) {
 	for _, l := range a.retiring {
-		if l.out > 0 {
+		switch {
+		case l.out > 0:
 			m.askBack(a, l) // a shard could not retire it at once: ask again
+		case !l.asked:
+			m.quiesced(a, l) // its release failed: again
 		}
 	}
 	if l := a.cur; l != nil && now >= l.expires-m.cfg.RenewBefore {
@@ -600,8 +624,18 @@ func (m *Machine) reclaimSlices(a *account, l *lease, now int64) {
 	}
 	a.reclaimAt = now
 	m.stats.Reclaims++
+	// The shards that do not want are asked first. When every shard that
+	// holds a slice also wants — the last units split between shards,
+	// none enough for its quote — all are asked, so the units gather in
+	// the pool and one of them is funded.
+	all := true
 	for i := range a.shards {
 		if !a.shards[i].wants && a.shards[i].seq > 0 {
+			all = false
+		}
+	}
+	for i := range a.shards {
+		if a.shards[i].seq > 0 && (all || !a.shards[i].wants) {
 			m.out.Send(i, shard.Inbound{Kind: shard.InReclaimLease, Account: a.id, Token: l.token})
 		}
 	}
@@ -718,10 +752,12 @@ func (m *Machine) handBack(a *account, l *lease, now int64) {
 	}
 	a.retiring = append(a.retiring, l)
 	m.stats.HandedBack++
+	m.retired++
 	if l.out == 0 {
 		m.quiesced(a, l)
 		return
 	}
+	m.recalling[l] = m.retired
 	m.askBack(a, l)
 	m.arm(a, now)
 }
@@ -741,6 +777,7 @@ func (m *Machine) quiesced(a *account, l *lease) {
 	if l.out != 0 || l.asked {
 		return
 	}
+	delete(m.recalling, l)
 	if l.pool+l.spent != l.granted {
 		invariant.Violated(invariant.LeaseBooks, "a quiescent node lease's pool + spent != granted")
 	}
@@ -764,8 +801,16 @@ func (m *Machine) Done(r Result, now int64) {
 	}
 	a := p.acct
 	if r.HasEvidence {
-		a.ev, a.hasEv = r.Evidence, true
-		m.out.Publish(a.id, r.Evidence)
+		ev := r.Evidence
+		if l := p.lease; l != nil && p.call.Kind == CallExtend && r.Err == nil {
+			// The ledger counts as outstanding what this node has spent
+			// but not yet exported (its Used lags the spool): what the
+			// account can still spend is that much less.
+			lag := l.spent - min(r.Lease.Used, l.spent)
+			ev.Remaining -= min(ev.Remaining, lag)
+		}
+		a.ev, a.hasEv = ev, true
+		m.out.Publish(a.id, ev)
 	}
 	switch p.call.Kind {
 	case CallRelease:
@@ -781,6 +826,22 @@ func (m *Machine) Done(r Result, now int64) {
 }
 
 func (m *Machine) released(a *account, l *lease, r Result, now int64) {
+	if r.Err != nil {
+		m.stats.Errors++
+		switch {
+		case errors.Is(r.Err, ledger.ErrInvalid):
+			invariant.Violated(invariant.LedgerRefusedRelease, r.Err.Error())
+		case errors.Is(r.Err, ledger.ErrLeaseNotActive), errors.Is(r.Err, ledger.ErrFenced), errors.Is(r.Err, ledger.ErrNotFound):
+			// Forfeited meanwhile (the ledger was out of reach past the
+			// lease's expiry + grace): nothing left to return.
+		default:
+			// Not released: the units must still go back. Try again after
+			// Retry (due re-asks a retiring lease that has none out).
+			l.asked = false
+			m.arm(a, now)
+			return
+		}
+	}
 	for i, x := range a.retiring {
 		if x == l {
 			a.retiring = append(a.retiring[:i], a.retiring[i+1:]...)
@@ -788,12 +849,6 @@ func (m *Machine) released(a *account, l *lease, r Result, now int64) {
 		}
 	}
 	if r.Err != nil {
-		// The lease is forfeited at expiry + grace: money stays bounded,
-		// but units this node could have returned are lost.
-		m.stats.Errors++
-		if errors.Is(r.Err, ledger.ErrInvalid) {
-			invariant.Violated(invariant.LedgerRefusedRelease, r.Err.Error())
-		}
 		return
 	}
 	m.stats.Released++
@@ -809,9 +864,11 @@ func (m *Machine) released(a *account, l *lease, r Result, now int64) {
 
 // unblock lets a refused account that still wants funding ask again now.
 func (m *Machine) unblock(a *account, now int64) {
-	if a.wanting() && a.retryAt > now {
-		a.retryAt = 0
-		m.ensureCall(a, now)
+	if a.retryAt > now {
+		a.retryAt, a.backoff = 0, 0
+		if a.wanting() {
+			m.ensureCall(a, now)
+		}
 	}
 }
 
@@ -833,7 +890,6 @@ func (m *Machine) acquired(a *account, c Call, r Result, now int64) {
 		return
 	}
 	a.cur = l
-	m.grown(a, l)
 	m.serve(a, now)
 }
 
@@ -876,58 +932,97 @@ func (m *Machine) extended(a *account, l *lease, c Call, r Result, now int64) {
 	}
 	l.short = added < c.Want
 	if added == 0 && c.Want > 0 {
-		// The ledger has nothing more: do not ask again before Retry
-		// unless news arrives (a deposit, a release here).
-		a.retryAt = now + m.cfg.Retry
+		if a.wanting() && m.siblings(a, now) {
+			// A sibling's lease is on its way back to the scope: the
+			// shards keep waiting, and its release asks again (unblock).
+			a.retryAt = now + m.cfg.Retry
+			return
+		}
+		m.nothingMore(a, now)
+		return
 	}
-	m.grown(a, l)
+	a.backoff = 0
 	m.serve(a, now)
 }
 
-// grown follows a grant that could not cover the quote waiting: the ledger
-// has no more for it, so the machine stops insisting (smaller requests keep
-// flowing) and the published evidence answers that quote; if units of the
-// exhausted scope sit idle in siblings' leases here, they are handed back.
-func (m *Machine) grown(a *account, l *lease) {
-	if a.need <= l.pool {
-		return
+// nothingMore follows a ledger answer that funded nothing: the evidence it
+// published answers the waiting requests (402 when it shows the quote out
+// of reach), so the shards stop waiting here — each refused request asks
+// again — and the machine does not ask the ledger again before a backoff
+// (Retry, doubling to maxBackoff) unless news arrives: a deposit, a budget,
+// a release of units here (Evidence, unblock). Without it a client
+// hammering an exhausted account would cost a ledger transaction per retry,
+// and the starving shards' retry timer would keep extending a lease nobody
+// can spend from, so it would never be handed back.
+func (m *Machine) nothingMore(a *account, now int64) {
+	// Units still out in other shards' slices can fund a starving shard:
+	// those shards keep waiting, and the slices are asked back.
+	var held core.CostUnits
+	if l := a.cur; l != nil && now < l.expires-m.cfg.Margin {
+		held = l.pool + l.out
 	}
-	m.siblings(a, l.renewedAt)
+	reclaim := false
+	for i := range a.shards {
+		sl := &a.shards[i]
+		if sl.wants && max(sl.needed, 1) <= held {
+			reclaim = true
+			continue
+		}
+		sl.wants, sl.needed = false, 0
+	}
+	if reclaim {
+		m.reclaimSlices(a, a.cur, now)
+	} else {
+		a.need = 0
+	}
+	a.backoff = min(max(2*a.backoff, m.cfg.Retry), maxBackoff)
+	a.retryAt = now + a.backoff
 }
+
+// maxBackoff bounds nothingMore's backoff: funds another node returns to
+// the ledger are found within it.
+const maxBackoff = int64(30e9)
 
 // refused handles a refused or failed acquire.
 func (m *Machine) refused(a *account, r Result, now int64) {
-	a.retryAt = now + m.cfg.Retry
 	var refusal *ledger.Refusal
 	if !errors.As(r.Err, &refusal) {
 		m.stats.Errors++
+		a.retryAt = now + m.cfg.Retry
 		return
 	}
 	m.stats.Refused++
-	if refusal.Reason != ledger.RefusedInactive && r.HasEvidence && r.Evidence.Remaining > 0 {
-		m.siblings(a, now)
+	if refusal.Reason != ledger.RefusedInactive && r.HasEvidence && r.Evidence.Remaining > 0 && m.siblings(a, now) {
+		a.retryAt = now + m.cfg.Retry // their release asks again (unblock)
+		return
 	}
+	m.nothingMore(a, now)
 }
 
 // siblings hands back the idle leases this node holds for other accounts
 // under the scope whose exhaustion starves a: their units return to the
 // scope's balance, and a asks again once a release completes.
-func (m *Machine) siblings(a *account, now int64) {
+// It reports whether it handed any back (funds are on their way).
+func (m *Machine) siblings(a *account, now int64) bool {
 	scope := a.scopeAccount(a.ev.Scope)
 	if scope == "" || !a.hasEv || a.ev.Remaining == 0 {
-		return
+		return false
+	}
+	handed := false
+	take := func(b *account) {
+		if b != a && b.cur != nil && now-b.lastDraw >= m.cfg.SiblingIdle {
+			m.stats.SiblingsHandedBack++
+			m.handBack(b, b.cur, now)
+			handed = true
+		}
 	}
 	for _, b := range m.under[scope] {
-		if b == a || b.cur == nil || now-b.lastDraw < m.cfg.SiblingIdle {
-			continue
-		}
-		m.stats.SiblingsHandedBack++
-		m.handBack(b, b.cur, now)
+		take(b)
 	}
-	if s := m.accounts[scope]; s != nil && s != a && s.cur != nil && now-s.lastDraw >= m.cfg.SiblingIdle {
-		m.stats.SiblingsHandedBack++
-		m.handBack(s, s.cur, now)
+	if s := m.accounts[scope]; s != nil {
+		take(s)
 	}
+	return handed
 }
 
 // scopeAccount is the account of a's chain at scope s ("" if none).

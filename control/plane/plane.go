@@ -59,7 +59,9 @@ const (
 	EffectIngest                        // ingest Ingest.Events (post-paid); report with IngestDone
 	EffectClaim                         // the exporter must not bill Ingest.Events until EffectUnclaim
 	EffectUnclaim
-	EffectFundingChanged // post-paid usage moved balances of Accounts: refresh their evidence
+	// EffectFundingChanged: post-paid usage moved balances of Accounts:
+	// refresh their evidence, then report with Refreshed(Ingest).
+	EffectFundingChanged
 )
 
 // Effect is one intent for the shell, other than a shard message.
@@ -105,7 +107,16 @@ type Machine struct {
 	tickets  uint64
 	awaiting map[uint64]any // durability tickets: *Ingest or funding.Call (a release)
 	ingests  map[uint64]*Ingest
-	stats    Stats
+	// recalls are post-paid batches billed and refreshed, whose answer
+	// waits until the leases the refresh retired are back from the
+	// shards; bounded by the post-paid batches in flight.
+	recalls []recall
+	stats   Stats
+}
+
+type recall struct {
+	in   *Ingest
+	mark uint64 // funding.Machine.Retired when the refresh was applied
 }
 
 type account struct {
@@ -217,14 +228,19 @@ func (m *Machine) FromShard(from int, msg *shard.Outbound, now int64) {
 		m.usage(from, msg, now)
 	case shard.OutCommit:
 		m.stats.Commits++
-		u := m.ledgerUsage(&msg.Usage)
-		m.scratch = record.Append(m.scratch[:0], record.Commit, &u)
+		r := m.record(record.Commit, &msg.Usage)
+		m.scratch = record.Append(m.scratch[:0], &r)
 		m.dur.Commit(from, msg.Seq, msg.Usage.RequestID, m.scratch, now)
 	case shard.OutRefill:
 		m.stats.Refills++
-		m.fund.Refill(from, msg.Account, msg.Needed, msg.Seq, now)
+		// A shard that refused a quote still holds what its slice has
+		// left: it needs only the difference.
+		m.fund.Refill(from, msg.Account, msg.Needed-min(msg.Units, msg.Needed), msg.Seq, now)
 	case shard.OutReturn:
 		m.fund.Return(from, msg.Account, msg.Token, msg.Units, now)
+		if len(m.recalls) > 0 {
+			m.answerRecalled()
+		}
 	case shard.OutForward:
 		m.stats.Forwards++
 		if int(msg.To) >= len(m.queues) {
@@ -260,21 +276,26 @@ func (m *Machine) FromShard(from int, msg *shard.Outbound, now int64) {
 func (m *Machine) usage(from int, msg *shard.Outbound, now int64) {
 	m.stats.Usage++
 	ev := &msg.Usage
-	u := m.ledgerUsage(ev)
-	m.scratch = record.Append(m.scratch[:0], record.Usage, &u)
+	r := m.record(record.Usage, ev)
+	m.scratch = record.Append(m.scratch[:0], &r)
 	m.dur.Record(from, msg.Seq, m.scratch)
 	m.dur.Closed(ev.RequestID)
 	if ev.Source == core.SourceLease {
 		m.fund.Settle(ev.Account(), ev.FencingToken, ev.Units, now)
+		if len(m.recalls) > 0 {
+			m.answerRecalled()
+		}
 	}
 }
 
-func (m *Machine) ledgerUsage(ev *core.UsageEvent) ledger.Usage {
+// record is a shard's event as a spool record, naming the ledger lease
+// behind its fencing token.
+func (m *Machine) record(k record.Kind, ev *core.UsageEvent) record.Record {
 	var lease uint64
 	if ev.Source == core.SourceLease {
 		lease = m.fund.LeaseID(ev.Account(), ev.FencingToken)
 	}
-	return record.FromEvent(ev, lease)
+	return record.FromEvent(k, ev, lease)
 }
 
 // postPaid spools a post-paid batch and, once it is durable, bills it in
@@ -295,7 +316,8 @@ func (m *Machine) postPaid(from int, msg *shard.Outbound, now int64) {
 	// told "duplicate" for its own first report.
 	m.effects = append(m.effects, Effect{Kind: EffectClaim, Ingest: in})
 	for i := range in.Events {
-		m.scratch = record.Append(m.scratch[:0], record.Usage, &in.Events[i])
+		r := record.Record{Kind: record.Usage, Usage: in.Events[i]}
+		m.scratch = record.Append(m.scratch[:0], &r)
 		m.dur.Record(from, 0, m.scratch)
 	}
 	m.tickets++
@@ -325,10 +347,35 @@ func (m *Machine) IngestDone(in *Ingest, results []ledger.IngestResult, err erro
 			}
 		}
 		if len(changed) > 0 {
-			m.effects = append(m.effects, Effect{Kind: EffectFundingChanged, Accounts: changed})
+			// The reporter hears back once the debt, if any, stops its
+			// accounts: after the refresh and the leases it retires.
+			m.effects = append(m.effects, Effect{Kind: EffectFundingChanged, Accounts: changed, Ingest: in})
+			return
 		}
 	}
 	m.send(in.from, shard.Inbound{Kind: shard.InPostPaidDone, Ticket: in.Ticket, Batch: b})
+}
+
+// Refreshed reports that the evidence of a post-paid batch's accounts was
+// refreshed (Evidence), or could not be: its answer goes out once every
+// lease retired so far is back from the shards.
+func (m *Machine) Refreshed(in *Ingest) {
+	m.recalls = append(m.recalls, recall{in: in, mark: m.fund.Retired()})
+	m.answerRecalled()
+}
+
+// answerRecalled answers the post-paid batches whose leases are back.
+func (m *Machine) answerRecalled() {
+	kept := m.recalls[:0]
+	for _, r := range m.recalls {
+		if !m.fund.Recalled(r.mark) {
+			kept = append(kept, r)
+			continue
+		}
+		m.send(r.in.from, shard.Inbound{Kind: shard.InPostPaidDone, Ticket: r.in.Ticket, Batch: r.in.batch})
+	}
+	clear(m.recalls[len(kept):])
+	m.recalls = kept
 }
 
 // LedgerDone applies a funding call's result.
@@ -489,3 +536,6 @@ func (o durabilityOut) Durable(ticket uint64) {
 		m.effects = append(m.effects, Effect{Kind: EffectCall, Call: w})
 	}
 }
+
+// Debug describes an account's funding (for the simulator's failure reports).
+func (m *Machine) Debug(id string) string { return m.fund.Debug(id) }

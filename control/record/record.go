@@ -11,19 +11,23 @@ import (
 )
 
 // A record keeps one event in the spool: fixed-width little-endian fields,
-// then the account id.
+// the policy revision when known, then the account id.
 //
 //	kind u8 | source u8 | id [16] | lease u64 | token u64 | units u64 |
-//	occurred_at i64 | account_len u8 | account [account_len]
+//	occurred_at i64 | [revision [32]] | account_len u8 | account [account_len]
+//
+// The kind byte's low nibble is the Kind; withRevision (0x10) says a
+// revision follows (records written before revisions were kept have none).
 //
 // Kind Usage is billed usage. Kind Commit is a commit journal entry: the
 // reservation's request id, the lease funding it and its quote (units);
 // the usage record with the same id closes it, and one still open when a
 // node restarts is billed at its quote.
 const (
-	fixedLen = 1 + 1 + 16 + 8 + 8 + 8 + 8 + 1
+	fixedLen     = 1 + 1 + 16 + 8 + 8 + 8 + 8 + 1
+	withRevision = 0x10
 	// MaxLen bounds one encoded record.
-	MaxLen = fixedLen + core.MaxAccountIDLen
+	MaxLen = fixedLen + len(core.PolicyRevision{}) + core.MaxAccountIDLen
 )
 
 // Kind says what a record is.
@@ -34,48 +38,84 @@ const (
 	Commit Kind = 2
 )
 
+// Record is one spool record.
+type Record struct {
+	Kind  Kind
+	Usage ledger.Usage
+	// Revision is the policy revision the request was admitted under:
+	// zero for post-paid reports, and for records written without one.
+	Revision core.PolicyRevision
+}
+
 var errBad = errors.New("record: malformed spool record")
 
-// Append encodes usage u as a record of kind k after dst.
-func Append(dst []byte, k Kind, u *ledger.Usage) []byte {
-	dst = append(dst, byte(k), byte(u.Source))
+// Append encodes r after dst.
+func Append(dst []byte, r *Record) []byte {
+	u := &r.Usage
+	kind := byte(r.Kind)
+	hasRev := r.Revision != (core.PolicyRevision{})
+	if hasRev {
+		kind |= withRevision
+	}
+	dst = append(dst, kind, byte(u.Source))
 	dst = append(dst, u.ID[:]...)
 	dst = binary.LittleEndian.AppendUint64(dst, u.LeaseID)
 	dst = binary.LittleEndian.AppendUint64(dst, u.Token)
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(u.Units))
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(u.OccurredAt))
+	if hasRev {
+		dst = append(dst, r.Revision[:]...)
+	}
 	dst = append(dst, byte(len(u.Account)))
 	return append(dst, u.Account...)
 }
 
 // Decode is Append's inverse.
-func Decode(b []byte) (Kind, ledger.Usage, error) {
-	var u ledger.Usage
-	if len(b) < fixedLen || (Kind(b[0]) != Usage && Kind(b[0]) != Commit) {
-		return 0, u, errBad
+func Decode(b []byte) (Record, error) {
+	var r Record
+	if len(b) < fixedLen {
+		return r, errBad
 	}
-	k := Kind(b[0])
-	n := int(b[fixedLen-1])
-	if len(b) != fixedLen+n || n == 0 || n > core.MaxAccountIDLen {
-		return 0, u, errBad
+	r.Kind = Kind(b[0] &^ withRevision)
+	hasRev := b[0]&withRevision != 0
+	if (r.Kind != Usage && r.Kind != Commit) || b[0]&^(withRevision|0x0f) != 0 {
+		return r, errBad
 	}
+	u := &r.Usage
 	u.Source = ledger.UsageSource(b[1])
 	copy(u.ID[:], b[2:18])
 	u.LeaseID = binary.LittleEndian.Uint64(b[18:])
 	u.Token = binary.LittleEndian.Uint64(b[26:])
 	u.Units = core.CostUnits(binary.LittleEndian.Uint64(b[34:]))
 	u.OccurredAt = int64(binary.LittleEndian.Uint64(b[42:]))
-	u.Account = core.AccountID(b[fixedLen:])
-	if u.Source < ledger.UsageLease || u.Source > ledger.UsagePostPaid || (k == Commit && u.Source == ledger.UsagePostPaid) {
-		return 0, u, errBad
+	rest := b[fixedLen-1:]
+	if hasRev {
+		if len(rest) < len(r.Revision)+1 {
+			return r, errBad
+		}
+		copy(r.Revision[:], rest)
+		rest = rest[len(r.Revision):]
+		if r.Revision == (core.PolicyRevision{}) {
+			return r, errBad // written only when known: a zero one is damage
+		}
 	}
-	return k, u, nil
+	n := int(rest[0])
+	if len(rest) != 1+n || n == 0 || n > core.MaxAccountIDLen {
+		return r, errBad
+	}
+	u.Account = core.AccountID(rest[1:])
+	if u.Source < ledger.UsageLease || u.Source > ledger.UsagePostPaid || (r.Kind == Commit && u.Source == ledger.UsagePostPaid) {
+		return r, errBad
+	}
+	return r, nil
 }
 
-// FromEvent is the ledger's view of a billed event from a shard, funded by
-// lease leaseID when it was funded by a lease.
-func FromEvent(ev *core.UsageEvent, leaseID uint64) ledger.Usage {
-	u := ledger.Usage{Account: ev.Account(), Units: ev.Units, OccurredAt: ev.OccurredAt}
+// FromEvent is the record of a billed event (or a commit) from a shard,
+// funded by lease leaseID when it was funded by a lease.
+func FromEvent(k Kind, ev *core.UsageEvent, leaseID uint64) Record {
+	r := Record{Kind: k, Revision: *ev.Revision()}
+	u := &r.Usage
+	u.Account, u.Units, u.OccurredAt = ev.Account(), ev.Units, ev.OccurredAt
 	binary.BigEndian.PutUint64(u.ID[:8], ev.RequestID.Hi)
 	binary.BigEndian.PutUint64(u.ID[8:], ev.RequestID.Lo)
 	if ev.Source == core.SourceLease {
@@ -83,5 +123,5 @@ func FromEvent(ev *core.UsageEvent, leaseID uint64) ledger.Usage {
 	} else {
 		u.Source = ledger.UsageOverage
 	}
-	return u
+	return r
 }

@@ -60,6 +60,7 @@ import (
 //	keyexpiry expires at ⧺ key id → nil: live keys with an expiry, for ExpireKeys
 //	tokens    platform token id → token
 //	admintokens admin token id → admin token (the bootstrap one is "bootstrap")
+//	marks     node id → the last spool sequence its settlements covered
 //	audit     sequence → audit record
 var (
 	bucketMeta     = []byte("meta")
@@ -78,9 +79,10 @@ var (
 	bucketAudit    = []byte("audit")
 	bucketKeyExp   = []byte("keyexpiry")
 	bucketAdmins   = []byte("admintokens")
+	bucketMarks    = []byte("marks")
 
 	allBuckets = [][]byte{bucketMeta, bucketAccounts, bucketDue, bucketChildren, bucketDeposits, bucketLeases, bucketExpiry,
-		bucketEvents, bucketEventAge, bucketUsage, bucketKeys, bucketKeyIndex, bucketKeyExp, bucketTokens, bucketAdmins, bucketAudit}
+		bucketEvents, bucketEventAge, bucketUsage, bucketKeys, bucketKeyIndex, bucketKeyExp, bucketTokens, bucketAdmins, bucketAudit, bucketMarks}
 
 	metaSchema = []byte("schema")
 	metaSecret = []byte("secretfp")

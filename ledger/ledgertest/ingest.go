@@ -182,3 +182,102 @@ func testForgetEvents(h *harness) {
 	forget(t0+3*hour, 10, 4) // 3, 4, and the second 1 and 2
 	h.ingest(t0+3*hour, []ledger.Usage{post(3)}, ledger.Accepted)
 }
+
+// testSettle: a node's settlements bill totals exactly once by its export
+// mark: a replayed batch is a duplicate, an overlapping one is refused,
+// totals take what their lease can (late usage of an ended lease takes
+// what it lost), and each node has its own mark.
+func testSettle(h *harness) {
+	h.create("org", "", false)
+	h.deposit("org", 1000, "o")
+	l, _ := h.acquire("org", 100, 0, hour, t0)
+	settle := func(st ledger.Settlement) ledger.SettleResult {
+		h.t.Helper()
+		r, err := h.s.Settle(h.ctx, st, t0)
+		if err != nil {
+			h.t.Fatalf("settle %+v: %v", st, err)
+		}
+		return r
+	}
+	lu := func(l ledger.Lease, units core.CostUnits) ledger.LeaseUsage {
+		return ledger.LeaseUsage{Account: l.Account, LeaseID: l.ID, Token: l.Token, Units: units}
+	}
+	over := ledger.Usage{ID: eventID(8), Account: "org", Source: ledger.UsageOverage, Units: 5}
+	lease := ledger.Usage{ID: eventID(9), Account: "org", Source: ledger.UsageLease, LeaseID: l.ID, Token: l.Token, Units: 30}
+	first := ledger.Settlement{Node: "n1", From: 0, To: 10, Events: 7,
+		Leases: []ledger.LeaseUsage{lu(l, 30)}, Overage: []ledger.LeaseUsage{{Account: "org", Units: 5}},
+		History: []ledger.Usage{lease, over}}
+	if r := settle(first); r.Duplicate || r.Accepted != 35 || r.Rejected != 0 {
+		h.t.Fatalf("first settlement: %+v", r)
+	}
+	h.money("org", money{Deposited: 1000, TopUpLeft: 895, Outstanding: 70, Settled: 35})
+	if got := h.lease(l.ID); got.Used != 30 {
+		h.t.Fatalf("lease after settlement %+v", got)
+	}
+	// The same batch again (a crash before the spool learned it was
+	// billed): nothing changes.
+	if r := settle(first); !r.Duplicate || r.Accepted != 0 {
+		h.t.Fatalf("replayed settlement: %+v", r)
+	}
+	h.money("org", money{Deposited: 1000, TopUpLeft: 895, Outstanding: 70, Settled: 35})
+	if m, err := h.s.ExportMark(h.ctx, "n1"); m != 10 || err != nil {
+		h.t.Fatalf("mark %d, %v", m, err)
+	}
+	// A batch that starts inside what the mark covers cannot be split.
+	_, err := h.s.Settle(h.ctx, ledger.Settlement{Node: "n1", From: 5, To: 20, Leases: []ledger.LeaseUsage{lu(l, 1)},
+		History: []ledger.Usage{{Account: "org", LeaseID: l.ID, Token: l.Token, Units: 1}}}, t0)
+	h.wantErr("overlap", err, ledger.ErrMarkOverlap)
+	if got, err := h.s.UsageOf(h.ctx, "org", 10); err != nil || !reflect.DeepEqual(got, []ledger.Usage{over, lease}) {
+		h.t.Fatalf("history of refused and replayed settlements: %+v, %v", got, err)
+	}
+	_, err = h.s.Settle(h.ctx, ledger.Settlement{Node: "n1", From: 20, To: 20}, t0)
+	h.wantErr("empty range", err, ledger.ErrInvalid)
+	_, err = h.s.Settle(h.ctx, ledger.Settlement{From: 20, To: 21}, t0)
+	h.wantErr("no node", err, ledger.ErrInvalid)
+	// More than the lease holds: what fits is billed, the rest rejected; a
+	// wrong token or an unknown lease bills nothing. The account's history
+	// shows what was billed of each event, first come, first billed.
+	ev := func(n uint64, token uint64, units core.CostUnits) ledger.Usage {
+		return ledger.Usage{ID: eventID(n), Account: "org", Source: ledger.UsageLease, LeaseID: l.ID, Token: token, Units: units}
+	}
+	r := settle(ledger.Settlement{Node: "n1", From: 10, To: 20, Leases: []ledger.LeaseUsage{
+		lu(l, 80), {Account: "org", LeaseID: l.ID, Token: l.Token + 1, Units: 3}, {Account: "org", LeaseID: 999, Token: 1, Units: 4}},
+		History: []ledger.Usage{ev(1, l.Token, 50), ev(2, l.Token+1, 3), ev(3, l.Token, 25), ev(4, l.Token, 5)}})
+	if r.Accepted != 70 || r.Rejected != 17 {
+		h.t.Fatalf("oversized settlement: %+v", r)
+	}
+	got, err := h.s.UsageOf(h.ctx, "org", 10)
+	if want := []ledger.Usage{ev(3, l.Token, 20), ev(1, l.Token, 50), over, lease}; err != nil || !reflect.DeepEqual(got, want) {
+		h.t.Fatalf("history after a settlement: %+v, %v\nwant %+v", got, err, want)
+	}
+	h.money("org", money{Deposited: 1000, TopUpLeft: 895, Settled: 105})
+	// Late usage of a released lease turns its provisional loss into
+	// billed usage, and no more; another node's mark is its own, and a
+	// gap after a mark (records billed another way) is allowed.
+	m, _ := h.acquire("org", 50, 0, hour, t0)
+	h.release(m, 20, t0) // 30 provisional loss
+	h.money("org", money{Deposited: 1000, TopUpLeft: 865, Settled: 105, Loss: 30})
+	r = settle(ledger.Settlement{Node: "n2", From: 40, To: 41, Leases: []ledger.LeaseUsage{lu(m, 35)}})
+	if r.Accepted != 30 || r.Rejected != 5 {
+		h.t.Fatalf("late usage: %+v", r)
+	}
+	h.money("org", money{Deposited: 1000, TopUpLeft: 865, Settled: 135})
+	if m1, _ := h.s.ExportMark(h.ctx, "n1"); m1 != 20 {
+		h.t.Fatalf("n1's mark moved with n2's settlement: %d", m1)
+	}
+	// A forfeited lease takes its late usage from the forfeit.
+	f, _ := h.acquire("org", 40, 0, minute, t0)
+	if n, err := h.s.Reclaim(h.ctx, t0+2*minute, 0, 10); n != 1 || err != nil {
+		h.t.Fatalf("reclaim %d, %v", n, err)
+	}
+	r = settle(ledger.Settlement{Node: "n1", From: 30, To: 31, Leases: []ledger.LeaseUsage{lu(f, 15)}})
+	if r.Accepted != 15 {
+		h.t.Fatalf("late usage of a forfeited lease: %+v", r)
+	}
+	h.money("org", money{Deposited: 1000, TopUpLeft: 825, Settled: 150, Loss: 25})
+	h.check()
+	h.restart()
+	if m1, _ := h.s.ExportMark(h.ctx, "n1"); m1 != 31 {
+		h.t.Fatalf("n1's mark after a restart: %d", m1)
+	}
+}

@@ -38,6 +38,7 @@ var cases = []struct {
 	{"Release", testRelease},
 	{"Extend", testExtend},
 	{"Debt", testDebt},
+	{"Settle", testSettle},
 	{"Reclaim", testReclaim},
 	{"ConcurrentGrants", testConcurrentGrants},
 	{"IngestLeaseUsage", testIngestLeaseUsage},

@@ -93,6 +93,15 @@ func (b broken) RotateKey(ctx context.Context, account core.AccountID, oldID str
 	return b.Store.RotateKey(ctx, account, oldID, next, until)
 }
 
+func (b broken) Settle(ctx context.Context, st ledger.Settlement, now int64) (ledger.SettleResult, error) {
+	if b.bug == "settlement replays" {
+		// Forgets the mark: every settlement applies as if new.
+		st.Node += strconv.Itoa(*b.n)
+		*b.n++
+	}
+	return b.Store.Settle(ctx, st, now)
+}
+
 const bugEnv = "LEDGERTEST_BUG"
 
 // TestBrokenBackend runs the suite against a broken backend; it is the
@@ -119,7 +128,7 @@ func TestSuiteCatchesBrokenBackends(t *testing.T) {
 		t.Skip("runs the suite in child processes")
 	}
 	tests := []string{"Release", "Budgets", "Deposits", "RestartKeepsEverything", "GrantPolicy", "IngestLeaseUsage", "Rollover", "ForgetEvents",
-		"ListAccounts", "KeyExpiry", "KeyRotation"}
+		"ListAccounts", "KeyExpiry", "KeyRotation", "Settle"}
 	for _, c := range []struct {
 		bug  string
 		fail []string
@@ -134,6 +143,7 @@ func TestSuiteCatchesBrokenBackends(t *testing.T) {
 		{"account cursor ignored", []string{"ListAccounts"}},
 		{"key expiry ignores limit", []string{"KeyExpiry"}},
 		{"rotation extends the grace", []string{"KeyRotation"}},
+		{"settlement replays", []string{"Settle"}},
 	} {
 		name := cmp.Or(c.bug, "unbroken")
 		t.Run(strings.ReplaceAll(name, " ", "_"), func(t *testing.T) {

@@ -403,3 +403,92 @@ func TestNodesMixedTrafficStaysConserved(t *testing.T) {
 	})
 	sound(t, a)
 }
+
+// TestNodesSettleExactlyOnce: three nodes settle their own leases' totals
+// against the same accounts at once, each from two workers that race on
+// the node's mark with the same batches (a batch replayed after a crash,
+// at the worst moment): every batch is applied once, the others are
+// duplicates, each node's mark ends at its last batch, and Settled is
+// exactly what was applied. Lease and account locks are taken in one
+// order, so the nodes never deadlock each other out of the retry bound.
+func TestNodesSettleExactlyOnce(t *testing.T) {
+	nodes := fleet(t, 3)
+	a := nodes[0]
+	mustCreate(t, a, "org", "", false)
+	agents := []core.AccountID{"agent-a", "agent-b", "agent-c"}
+	for _, id := range agents {
+		mustCreate(t, a, id, "org", false)
+		mustDeposit(t, a, id, 100_000)
+	}
+	mustDeposit(t, a, "org", 1_000_000)
+	const batches = 40
+	plans := make([][]ledger.Settlement, len(nodes))
+	var want core.CostUnits
+	var next uint64
+	for n := range nodes {
+		holder := fmt.Sprintf("node-%d", n)
+		var leases []ledger.Lease
+		for _, id := range agents {
+			l, _, err := a.Acquire(t.Context(), id, holder, 10_000, 10_000, hour, t0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			leases = append(leases, l)
+		}
+		rng := rand.New(rand.NewPCG(uint64(n), 3))
+		for k := range batches {
+			st := ledger.Settlement{Node: holder, From: uint64(k) * 10, To: uint64(k+1) * 10}
+			for _, l := range leases {
+				units := core.CostUnits(1 + rng.IntN(20))
+				st.Leases = append(st.Leases, ledger.LeaseUsage{Account: l.Account, LeaseID: l.ID, Token: l.Token, Units: units})
+				next++
+				st.History = append(st.History, ledger.Usage{ID: eventID(next), Account: l.Account, Source: ledger.UsageLease,
+					LeaseID: l.ID, Token: l.Token, Units: units, OccurredAt: t0})
+				want += units
+			}
+			// Rotate the leases, so that batches lock them in another order
+			// than they list them.
+			leases = append(leases[1:], leases[0])
+			plans[n] = append(plans[n], st)
+		}
+	}
+	var applied, duplicates atomic.Int64
+	var accepted atomic.Uint64
+	race(nodes, 2, func(s *Store, w int) {
+		for _, st := range plans[w/2] {
+			r, err := s.Settle(t.Context(), st, t0)
+			if err != nil {
+				t.Errorf("node %d: settle %d-%d: %v", w/2, st.From, st.To, err)
+				return
+			}
+			if r.Duplicate {
+				duplicates.Add(1)
+				continue
+			}
+			applied.Add(1)
+			accepted.Add(uint64(r.Accepted))
+			if r.Rejected != 0 {
+				t.Errorf("node %d: settle %d-%d rejected %d", w/2, st.From, st.To, r.Rejected)
+			}
+		}
+	})
+	if n := int64(len(nodes) * batches); applied.Load() != n || duplicates.Load() != n {
+		t.Fatalf("applied %d, duplicates %d; want %d of each", applied.Load(), duplicates.Load(), n)
+	}
+	if core.CostUnits(accepted.Load()) != want {
+		t.Fatalf("accepted %d, want %d", accepted.Load(), want)
+	}
+	org, err := a.Account(t.Context(), "org")
+	if err != nil || org.Settled != want {
+		t.Fatalf("org settled %d (%v), want %d", org.Settled, err, want)
+	}
+	for n, s := range nodes {
+		if m, err := s.ExportMark(t.Context(), fmt.Sprintf("node-%d", n)); m != batches*10 || err != nil {
+			t.Fatalf("node %d: mark %d, %v", n, m, err)
+		}
+	}
+	if u, err := a.UsageOf(t.Context(), "agent-a", 1000); err != nil || len(u) != len(nodes)*batches {
+		t.Fatalf("agent-a's history holds %d events (%v), want %d", len(u), err, len(nodes)*batches)
+	}
+	sound(t, a)
+}

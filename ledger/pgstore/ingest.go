@@ -39,8 +39,8 @@ const (
 			FROM unnest($1::text[]) AS a(account)) AS c
 		WHERE u.account = c.account AND u.seq <= c.cut`
 	addTotalsSQL = `INSERT INTO usage_totals (account, source, events, units)
-		SELECT account, source, count(*), sum(units)
-		FROM unnest($1::text[], $2::smallint[], $3::bigint[]) AS u(account, source, units)
+		SELECT account, source, sum(events), sum(units)
+		FROM unnest($1::text[], $2::smallint[], $3::bigint[], $4::bigint[]) AS u(account, source, events, units)
 		GROUP BY account, source
 		ON CONFLICT (account, source) DO UPDATE
 		SET events = usage_totals.events + excluded.events, units = usage_totals.units + excluded.units`
@@ -219,8 +219,7 @@ func (w *ingestWrites) add(e *ledger.Usage, r ledger.IngestResult) {
 
 // queue adds the writes to the transaction's write-back, as columns: the
 // rejections' verdicts, every accepted event's units to the usage totals,
-// and the usage history. Of each account's accepted events only its last
-// history ones are inserted: the older ones would be trimmed at once.
+// and the usage history.
 func (w *ingestWrites) queue(x *txn, history int64) error {
 	if len(w.rejected) > 0 {
 		x.queue(rejectSQL, affects("recording rejections", len(w.rejected)), w.rejected)
@@ -228,12 +227,48 @@ func (w *ingestWrites) queue(x *txn, history int64) error {
 	if len(w.accepted) == 0 {
 		return nil
 	}
-	var wr writer
-	var totals struct {
-		accounts []string
-		sources  []int16
-		units    []int64
+	var t usageTotals
+	for _, e := range w.accepted {
+		t.add(e.Account, e.Source, 1, e.Units)
 	}
+	if err := t.queue(x); err != nil {
+		return err
+	}
+	return queueHistory(x, w.accepted, history)
+}
+
+// usageTotals gathers additions to the usage totals, as columns.
+type usageTotals struct {
+	w        writer
+	accounts []string
+	sources  []int16
+	events   []int64
+	units    []int64
+}
+
+func (t *usageTotals) add(account core.AccountID, source ledger.UsageSource, events uint64, units core.CostUnits) {
+	t.accounts, t.sources = append(t.accounts, string(account)), append(t.sources, int16(source))
+	t.events, t.units = append(t.events, t.w.int("events", events)), append(t.units, t.w.units("usage", units))
+}
+
+// queue adds the totals to the write-back, if there are any.
+func (t *usageTotals) queue(x *txn) error {
+	if t.w.err != nil || len(t.accounts) == 0 {
+		return t.w.err
+	}
+	x.queue(addTotalsSQL, nil, t.accounts, t.sources, t.events, t.units)
+	return nil
+}
+
+// queueHistory adds events to their accounts' recent usage (UsageOf) and
+// trims each account to its last history events. Of an account's events
+// only its last history ones are inserted: the older ones would be trimmed
+// at once.
+func queueHistory(x *txn, events []*ledger.Usage, history int64) error {
+	if len(events) == 0 {
+		return nil
+	}
+	var wr writer
 	var kept struct {
 		accounts       []string
 		ids            [][]byte
@@ -243,7 +278,7 @@ func (w *ingestWrites) queue(x *txn, history int64) error {
 	}
 	// An account's first older events of the batch are not kept.
 	older := make(map[core.AccountID]int64)
-	for _, e := range w.accepted {
+	for _, e := range events {
 		older[e.Account]++
 	}
 	accounts := make([]string, 0, len(older))
@@ -251,9 +286,7 @@ func (w *ingestWrites) queue(x *txn, history int64) error {
 		older[id] = n - history
 		accounts = append(accounts, string(id))
 	}
-	for _, e := range w.accepted {
-		units := wr.units("usage", e.Units)
-		totals.accounts, totals.sources, totals.units = append(totals.accounts, string(e.Account)), append(totals.sources, int16(e.Source)), append(totals.units, units)
+	for _, e := range events {
 		if older[e.Account] > 0 {
 			older[e.Account]--
 			continue
@@ -262,7 +295,7 @@ func (w *ingestWrites) queue(x *txn, history int64) error {
 		// Kept bit for bit: for overage and post-paid usage they are
 		// whatever the event carried.
 		kept.leases, kept.tokens = append(kept.leases, int64(e.LeaseID)), append(kept.tokens, int64(e.Token))
-		kept.units, kept.at = append(kept.units, units), append(kept.at, e.OccurredAt)
+		kept.units, kept.at = append(kept.units, wr.units("usage", e.Units)), append(kept.at, e.OccurredAt)
 	}
 	if wr.err != nil {
 		return wr.err
@@ -270,7 +303,6 @@ func (w *ingestWrites) queue(x *txn, history int64) error {
 	slices.Sort(accounts)
 	x.queue(recordUsageSQL, affects("recording usage", len(kept.ids)), kept.accounts, kept.ids, kept.sources, kept.leases, kept.tokens, kept.units, kept.at)
 	x.queue(trimUsageSQL, nil, accounts, history)
-	x.queue(addTotalsSQL, nil, totals.accounts, totals.sources, totals.units)
 	return nil
 }
 

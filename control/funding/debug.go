@@ -1,0 +1,26 @@
+package funding
+
+import (
+	"fmt"
+
+	"github.com/tollgated/tollgated/core"
+)
+
+// Debug describes an account's funding state (for the simulator's failure reports).
+func (m *Machine) Debug(id string) string {
+	a := m.accounts[core.AccountID(id)]
+	if a == nil {
+		return "no account"
+	}
+	s := fmt.Sprintf("active %v calling %v need %d retryAt %d lastDraw %d timerAt %d", a.active, a.calling, a.need, a.retryAt, a.lastDraw, a.timerAt)
+	if a.cur != nil {
+		s += fmt.Sprintf(" cur %+v", *a.cur)
+	}
+	for _, l := range a.retiring {
+		s += fmt.Sprintf(" retiring %+v", *l)
+	}
+	for i, sl := range a.shards {
+		s += fmt.Sprintf(" shard%d %+v", i, sl)
+	}
+	return s
+}
