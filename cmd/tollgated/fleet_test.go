@@ -1,0 +1,259 @@
+//go:build linux
+
+package main
+
+// A fleet: several real tollgated processes on one PostgreSQL database,
+// each with its own data directory (spool, node id), all on loopback.
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgated/tollgated/internal/pgtest"
+)
+
+// propagationBound is how soon an admin change made through one node must
+// stop or start requests on every other node, at the 99th percentile.
+const propagationBound = 100 * time.Millisecond
+
+// fleetSecret is the server secret every node of a test fleet shares: keys
+// are digested under it, and the ledger refuses a node with another.
+const fleetSecret = "6a0f3c1b9e8d7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a2b"
+
+// fleetFlags are node i's flags on the database at url.
+func fleetFlags(url string, i int, extra ...string) []string {
+	return append([]string{"--ledger", url, "--node-id", fmt.Sprintf("node-%d", i), "--secret", fleetSecret,
+		"--usage-history", "1000000"}, extra...)
+}
+
+// startFleet starts n nodes, node-0 … node-(n-1), on the database at url.
+func startFleet(t *testing.T, url string, n int, extra ...string) []*proc {
+	t.Helper()
+	nodes := make([]*proc, n)
+	for i := range nodes {
+		nodes[i] = startProc(t, t.TempDir(), fleetFlags(url, i, extra...)...)
+	}
+	return nodes
+}
+
+// checker sends /v1/check for one key to one node over a connection of
+// its own.
+type checker struct {
+	addr, key string
+	client    *http.Client
+}
+
+func newChecker(addr, key string) *checker {
+	return &checker{addr: addr, key: key, client: &http.Client{Timeout: 5 * time.Second,
+		Transport: &http.Transport{MaxIdleConnsPerHost: 1}}}
+}
+
+// check returns the answer's status and problem code ("" for a 200).
+func (c *checker) check(t *testing.T) (int, string) {
+	req, _ := http.NewRequest("POST", "http://"+c.addr+"/v1/check",
+		strings.NewReader(`{"permission":"chat","workload":[{"op":"requests","count":1}]}`))
+	req.Header.Set("Authorization", "Bearer "+c.key)
+	resp, err := c.client.Do(req)
+	if err != nil {
+		t.Errorf("check on %s: %v", c.addr, err)
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var m struct{ Code string }
+	json.Unmarshal(body, &m)
+	return resp.StatusCode, m.Code
+}
+
+// until checks until the answer is status (and code, if not "") and
+// returns when that answer arrived; it fails t after within of start.
+func (c *checker) until(t *testing.T, start time.Time, status int, code string, within time.Duration) time.Time {
+	for {
+		got, gotCode := c.check(t)
+		if got == status && (code == "" || gotCode == code) {
+			return time.Now()
+		}
+		if time.Since(start) > within {
+			t.Errorf("%s: still %d %s after %v, want %d %s", c.addr, got, gotCode, within, status, code)
+			return time.Now()
+		}
+		// A short pause, so that polling does not take the CPUs the
+		// change needs (a check on loopback costs about as much).
+		time.Sleep(pollPause)
+	}
+}
+
+// pollPause is the pause between two polls of until: the resolution of the
+// times it measures, beside a check's round trip.
+const pollPause = time.Millisecond
+
+// percentile is the p-th percentile (0 < p ≤ 1) of ds, nearest rank.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(float64(len(s))*p+0.999999) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+// TestFleetPropagatesAdminChanges: three nodes, one database. An account,
+// its policy, deposit and key made through node 0 serve on nodes 1 and 2.
+// Then, through node 0, the account is suspended and reactivated, and keys
+// are added and revoked, over and over; nodes 1 and 2 are polled for the
+// first answer that shows each change. Its lag is timed from the change's
+// commit (the changing transaction's start, in the change log, by the one
+// clock of this machine) to that answer. Suspensions, new keys and
+// revocations must show within propagationBound at the 99th percentile. A
+// reactivation shows once the node has a new lease (a suspended account's
+// lease is handed back at once), so its time includes a grant from the
+// ledger: it is reported, and bounded only by the poll's limit.
+func TestFleetPropagatesAdminChanges(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real processes")
+	}
+	url := pgtest.Database(t)
+	nodes := startFleet(t, url, 3)
+	a := nodes[0]
+	key := a.provision("fleet", 1_000_000_000, 1)
+	others := []*checker{newChecker(nodes[1].listen, key), newChecker(nodes[2].listen, key)}
+	start := time.Now()
+	for _, c := range others {
+		c.until(t, start, http.StatusOK, "", 5*time.Second)
+	}
+	db, err := pgx.Connect(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(t.Context())
+
+	lags := make(map[string][]time.Duration)       // by kind of change, from its commit
+	fromRequest := make(map[string][]time.Duration) // by kind, from before node 0 was asked
+	measure := func(kind string, change func(), status int, code string) {
+		start := time.Now()
+		change()
+		var committed time.Time
+		if err := db.QueryRow(t.Context(), "SELECT at FROM changes ORDER BY id DESC LIMIT 1").Scan(&committed); err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for _, c := range others {
+			wg.Go(func() {
+				seen := c.until(t, start, status, code, 5*time.Second)
+				mu.Lock()
+				lags[kind] = append(lags[kind], seen.Sub(committed))
+				fromRequest[kind] = append(fromRequest[kind], seen.Sub(start))
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+	}
+	setStatus := func(s string) func() {
+		return func() { a.adminCall("POST", "/v1/accounts/fleet/status", map[string]any{"status": s}, http.StatusOK) }
+	}
+	const rounds = 60
+	for range rounds {
+		measure("suspension", setStatus("suspended"), http.StatusForbidden, "account-suspended")
+		measure("reactivation", setStatus("active"), http.StatusOK, "")
+	}
+	for range 20 {
+		var keyID string
+		measure("new key", func() {
+			k := a.adminCall("POST", "/v1/accounts/fleet/keys", nil, http.StatusCreated)
+			next, _ := k["key"].(string)
+			keyID, _ = k["id"].(string)
+			for _, c := range others {
+				c.key = next
+			}
+		}, http.StatusOK, "")
+		measure("key revocation", func() {
+			a.adminCall("DELETE", "/v1/accounts/fleet/keys/"+keyID, nil, http.StatusOK)
+		}, http.StatusUnauthorized, "unknown-principal")
+	}
+	if t.Failed() {
+		return
+	}
+	var bounded []time.Duration
+	for _, kind := range []string{"suspension", "new key", "key revocation", "reactivation"} {
+		ds, rs := lags[kind], fromRequest[kind]
+		t.Logf("%-14s %3d samples: from commit p50 %6.2f ms, p99 %6.2f ms, max %6.2f ms; from the admin request p50 %6.2f ms, p99 %6.2f ms",
+			kind, len(ds), ms(percentile(ds, 0.5)), ms(percentile(ds, 0.99)), ms(percentile(ds, 1)),
+			ms(percentile(rs, 0.5)), ms(percentile(rs, 0.99)))
+		if kind != "reactivation" {
+			bounded = append(bounded, ds...)
+		}
+	}
+	p50, p99 := percentile(bounded, 0.5), percentile(bounded, 0.99)
+	t.Logf("suspensions, new keys, revocations on 2 nodes: %d samples, from commit p50 %.2f ms, p99 %.2f ms (bound %v)",
+		len(bounded), ms(p50), ms(p99), propagationBound)
+	for _, n := range nodes[1:] {
+		within, total := changeLag(t, n, propagationBound)
+		t.Logf("node %s: %d of %d changes reached its shards within %v of their commit (tollgated_fleet_change_lag_seconds)",
+			n.adm, within, total, propagationBound)
+	}
+	if p99 > propagationBound {
+		t.Fatalf("p99 propagation %v exceeds %v", p99, propagationBound)
+	}
+
+	// Catch-up: every node's listening connection is cut, and the change
+	// made at that moment (its notification lost) still arrives, from the
+	// change log, once the node has reconnected.
+	measure("live key", func() {
+		k := a.adminCall("POST", "/v1/accounts/fleet/keys", nil, http.StatusCreated)
+		for _, c := range others {
+			c.key, _ = k["key"].(string)
+		}
+	}, http.StatusOK, "")
+	var cut int
+	if err := db.QueryRow(t.Context(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE application_name = 'tollgated-listen'`).Scan(&cut); err != nil || cut != len(nodes) {
+		t.Fatalf("cut %d listening connections (%v), want %d", cut, err, len(nodes))
+	}
+	measure("after a cut", setStatus("suspended"), http.StatusForbidden, "account-suspended")
+	t.Logf("a suspension made while the nodes were reconnecting showed after %.1f ms and %.1f ms",
+		ms(lags["after a cut"][0]), ms(lags["after a cut"][1]))
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// changeLag reads a node's tollgated_fleet_change_lag_seconds: how many
+// changes it applied within bound of their commit, and how many in all.
+func changeLag(t *testing.T, p *proc, bound time.Duration) (within, total int) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", "http://"+p.adm+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+testAdminToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	le := fmt.Sprintf(`tollgated_fleet_change_lag_seconds_bucket{le="%g"} `, bound.Seconds())
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, le); ok {
+			fmt.Sscan(v, &within)
+		}
+		if v, ok := strings.CutPrefix(l, "tollgated_fleet_change_lag_seconds_count "); ok {
+			fmt.Sscan(v, &total)
+		}
+	}
+	if testing.Verbose() {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "tollgated_fleet_change_lag_seconds_bucket") {
+				t.Log(l)
+			}
+		}
+	}
+	if total == 0 {
+		t.Fatalf("no change lag in the metrics of %s", p.adm)
+	}
+	return within, total
+}
