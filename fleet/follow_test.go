@@ -50,9 +50,13 @@ func (r *recorder) AccountChanged(a ledger.Account) error {
 func (r *recorder) BindKey(d credential.Digest, id core.AccountID) {
 	r.got = append(r.got, "bind "+string(d[:1])+" "+string(id))
 }
-func (r *recorder) RevokeKey(d credential.Digest)           { r.got = append(r.got, "revoke "+string(d[:1])) }
-func (r *recorder) BindPlatformToken(d credential.Digest)   { r.got = append(r.got, "bind token "+string(d[:1])) }
-func (r *recorder) RevokePlatformToken(d credential.Digest) { r.got = append(r.got, "revoke token "+string(d[:1])) }
+func (r *recorder) RevokeKey(d credential.Digest) { r.got = append(r.got, "revoke "+string(d[:1])) }
+func (r *recorder) BindPlatformToken(d credential.Digest) {
+	r.got = append(r.got, "bind token "+string(d[:1]))
+}
+func (r *recorder) RevokePlatformToken(d credential.Digest) {
+	r.got = append(r.got, "revoke token "+string(d[:1]))
+}
 
 // TestFollowerPublishesTheLedgersCurrentState: each change publishes what
 // the ledger holds now (a suspended account, a key past its expiry as

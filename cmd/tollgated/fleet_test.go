@@ -134,7 +134,7 @@ func TestFleetPropagatesAdminChanges(t *testing.T) {
 	}
 	defer db.Close(t.Context())
 
-	lags := make(map[string][]time.Duration)       // by kind of change, from its commit
+	lags := make(map[string][]time.Duration)        // by kind of change, from its commit
 	fromRequest := make(map[string][]time.Duration) // by kind, from before node 0 was asked
 	measure := func(kind string, change func(), status int, code string) {
 		start := time.Now()
