@@ -128,6 +128,9 @@ func TestFleetPropagatesAdminChanges(t *testing.T) {
 	for _, c := range others {
 		c.until(t, start, http.StatusOK, "", 5*time.Second)
 	}
+	if t.Failed() {
+		t.FailNow()
+	}
 	db, err := pgx.Connect(t.Context(), url)
 	if err != nil {
 		t.Fatal(err)
@@ -155,6 +158,9 @@ func TestFleetPropagatesAdminChanges(t *testing.T) {
 			})
 		}
 		wg.Wait()
+		if t.Failed() {
+			t.FailNow()
+		}
 	}
 	setStatus := func(s string) func() {
 		return func() { a.adminCall("POST", "/v1/accounts/fleet/status", map[string]any{"status": s}, http.StatusOK) }
