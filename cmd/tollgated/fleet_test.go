@@ -6,6 +6,7 @@ package main
 // each with its own data directory (spool, node id), all on loopback.
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgated/tollgated/internal/pgtest"
+	"github.com/tollgated/tollgated/ledger/pgstore"
 )
 
 // propagationBound is how soon an admin change made through one node must
@@ -262,4 +264,108 @@ func changeLag(t *testing.T, p *proc, bound time.Duration) (within, total int) {
 		t.Fatalf("no change lag in the metrics of %s", p.adm)
 	}
 	return within, total
+}
+
+// ackedUnits sums what a load run saw acknowledged.
+func (a *acked) ackedUnits() (n int, units uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, u := range a.units {
+		units += u
+	}
+	return len(a.units), units
+}
+
+// TestFleetSpendsOneBudgetToTheLastUnit: three nodes, one account, load on
+// every node at once. Together they admit exactly the deposit, to the last
+// unit, then every node answers 402; after a clean stop the ledger has
+// settled exactly what was acknowledged, every acknowledged request is
+// billed once, nothing is outstanding or lost, and the reconciliation
+// query finds nothing.
+func TestFleetSpendsOneBudgetToTheLastUnit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real processes")
+	}
+	url := pgtest.Database(t)
+	nodes := startFleet(t, url, 3)
+	const funded = 3_000
+	key := nodes[0].provision("shared", funded, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// The load starts at once: until the new key reaches a node (the
+	// propagation above), that node answers 401.
+	var loads []*acked
+	for _, n := range nodes {
+		loads = append(loads, load(ctx, n.listen, key, 2))
+	}
+	total := func() (n int, units uint64) {
+		for _, a := range loads {
+			an, au := a.ackedUnits()
+			n, units = n+an, units+au
+		}
+		return n, units
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, u := total(); u < funded && time.Now().Before(deadline); _, u = total() {
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // anything beyond the deposit would show now
+	cancel()
+	for _, a := range loads {
+		a.wait()
+	}
+	n, units := total()
+	if units != funded {
+		t.Fatalf("the fleet admitted %d units in %d requests, want exactly %d", units, n, funded)
+	}
+	// Every node answers 402 once its own lease is dry and the ledger has
+	// refused it more (a request in between waits for funding and may be
+	// answered 503 lease-*: funding was on its way).
+	spent := time.Now()
+	for i, node := range nodes {
+		c := newChecker(node.listen, key)
+		seen := c.until(t, spent, http.StatusPaymentRequired, "", 3*time.Second)
+		_, u := loads[i].ackedUnits()
+		t.Logf("node %d admitted %d units, answers 402 %.0f ms after the load stopped; the load's denials: %v",
+			i, u, ms(seen.Sub(spent)), loads[i].denied)
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	for _, node := range nodes {
+		node.stop()
+	}
+
+	s, err := pgstore.Open(t.Context(), url, pgstore.Options{UsageHistory: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if found, err := s.Reconcile(t.Context()); err != nil || len(found) > 0 {
+		t.Fatalf("reconciliation: %v, %v", found, err)
+	}
+	billed := usageByID(t, s, "shared")
+	for _, a := range loads {
+		for id, u := range a.units {
+			if b, ok := billed[id]; !ok || uint64(b.Units) != u {
+				t.Fatalf("acknowledged request %s (%d units) billed as %+v (found %v)", id, u, b, ok)
+			}
+		}
+	}
+	if len(billed) != n {
+		t.Fatalf("%d requests billed, %d acknowledged", len(billed), n)
+	}
+	db, err := pgx.Connect(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(t.Context())
+	var deposited, settled, outstanding, loss, marks int64
+	if err := db.QueryRow(t.Context(), `SELECT deposited, settled, outstanding, loss, (SELECT count(*) FROM export_marks)
+		FROM accounts WHERE id = 'shared'`).Scan(&deposited, &settled, &outstanding, &loss, &marks); err != nil {
+		t.Fatal(err)
+	}
+	if deposited != funded || settled != funded || outstanding != 0 || loss != 0 || marks != int64(len(nodes)) {
+		t.Fatalf("in SQL: deposited %d, settled %d, outstanding %d, loss %d, %d export marks", deposited, settled, outstanding, loss, marks)
+	}
 }
