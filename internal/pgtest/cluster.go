@@ -162,9 +162,12 @@ func (c *cluster) initdb(ctx context.Context, initdb string, cred *syscall.Crede
 // startPostmaster starts postgres on a free loopback port and waits until
 // it accepts connections.
 func (c *cluster) startPostmaster(ctx context.Context, postgres string, cred *syscall.Credential, durable bool) error {
-	port, err := freePort()
-	if err != nil {
-		return err
+	port := c.port // a restarted cluster keeps its port: its clients' URLs name it
+	if port == 0 {
+		var err error
+		if port, err = freePort(); err != nil {
+			return err
+		}
 	}
 	logPath := filepath.Join(c.dir, "postgres.log")
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
@@ -205,9 +208,13 @@ func (c *cluster) startPostmaster(ctx context.Context, postgres string, cred *sy
 	if err := <-started; err != nil {
 		return fmt.Errorf("starting postgres: %w", err)
 	}
+	picked := c.port == 0
 	c.port, c.proc, c.exited = port, cmd.Process, exited
 	if err := c.waitReady(ctx); err != nil {
 		c.kill()
+		if picked {
+			c.port = 0 // taken by someone else, perhaps: the next attempt picks another
+		}
 		log, _ := os.ReadFile(logPath)
 		return fmt.Errorf("postgres on port %d: %w\n%s", port, err, bytes.TrimSpace(log))
 	}
@@ -241,17 +248,24 @@ func (c *cluster) stop() error {
 	if c.admin != nil {
 		c.admin.Close()
 	}
-	var err error
-	if c.proc != nil {
-		c.proc.Signal(syscall.SIGINT)
-		select {
-		case <-c.exited:
-		case <-time.After(10 * time.Second):
-			err = errors.New("postgres did not stop within 10 s of SIGINT; killed")
-			c.kill()
-		}
+	return errors.Join(c.halt(), os.RemoveAll(c.dir))
+}
+
+// halt shuts the postmaster down (fast shutdown) and keeps the directory:
+// the cluster can start again.
+func (c *cluster) halt() error {
+	if c.proc == nil {
+		return nil
 	}
-	return errors.Join(err, os.RemoveAll(c.dir))
+	defer func() { c.proc = nil }()
+	c.proc.Signal(syscall.SIGINT)
+	select {
+	case <-c.exited:
+		return nil
+	case <-time.After(10 * time.Second):
+		c.kill()
+		return errors.New("postgres did not stop within 10 s of SIGINT; killed")
+	}
 }
 
 // kill ends the postmaster and its backends at once and waits for it.

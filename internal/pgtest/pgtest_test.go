@@ -175,3 +175,28 @@ func alive(pid int) bool {
 	i := bytes.LastIndexByte(b, ')')
 	return i < 0 || i+2 >= len(b) || b[i+2] != 'Z'
 }
+
+// TestOwnClusterStopsAndStartsAgain: an own cluster refuses connections
+// while stopped, and comes back on the same URL with its data.
+func TestOwnClusterStopsAndStartsAgain(t *testing.T) {
+	c := Own(t)
+	conn := connect(t, c.URL())
+	if _, err := conn.Exec(t.Context(), "CREATE TABLE kept (n int); INSERT INTO kept VALUES (7)"); err != nil {
+		t.Fatal(err)
+	}
+	c.Stop()
+	if _, err := conn.Exec(t.Context(), "SELECT 1"); err == nil {
+		t.Fatal("a session survived the stop")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	if down, err := pgx.Connect(ctx, c.URL()); err == nil {
+		down.Close(ctx)
+		t.Fatal("a stopped cluster accepted a connection")
+	}
+	c.Start()
+	var n int
+	if err := connect(t, c.URL()).QueryRow(t.Context(), "SELECT n FROM kept").Scan(&n); err != nil || n != 7 {
+		t.Fatalf("after the restart: %d, %v", n, err)
+	}
+}
