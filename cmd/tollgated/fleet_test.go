@@ -19,7 +19,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/internal/pgtest"
+	"github.com/tollgated/tollgated/ledger"
 	"github.com/tollgated/tollgated/ledger/pgstore"
 )
 
@@ -368,4 +370,252 @@ func TestFleetSpendsOneBudgetToTheLastUnit(t *testing.T) {
 	if deposited != funded || settled != funded || outstanding != 0 || loss != 0 || marks != int64(len(nodes)) {
 		t.Fatalf("in SQL: deposited %d, settled %d, outstanding %d, loss %d, %d export marks", deposited, settled, outstanding, loss, marks)
 	}
+}
+
+// TestFleetRidesOutAPostgreSQLOutage: three nodes under load, and
+// PostgreSQL stops for 10 s. Every node keeps admitting from the leases it
+// holds and acknowledging durably into its own spool; when the database is
+// back they settle it all: every acknowledged request is billed once,
+// settled is exactly what was acknowledged, nothing is lost, and the
+// reconciliation query finds nothing.
+func TestFleetRidesOutAPostgreSQLOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real processes and stops PostgreSQL")
+	}
+	cluster := pgtest.Own(t)
+	url := cluster.URL()
+	nodes := startFleet(t, url, 3)
+	key := nodes[0].provision("steady", 1_000_000, 1)
+	stop := make(chan struct{})
+	var loads []*acked
+	for _, n := range nodes {
+		loads = append(loads, loadUntil(context.Background(), stop, n.listen, key, 1))
+	}
+	time.Sleep(time.Second)
+	before := make([]int, len(nodes))
+	for i, a := range loads {
+		before[i], _ = a.ackedUnits()
+	}
+	t.Logf("PostgreSQL stops at %v", time.Now())
+	cluster.Stop()
+	const outage = 10 * time.Second
+	time.Sleep(outage)
+	during := make([]int, len(nodes))
+	for i, a := range loads {
+		n, _ := a.ackedUnits()
+		during[i] = n - before[i]
+	}
+	cluster.Start()
+	time.Sleep(2 * time.Second)
+	close(stop)
+	for _, a := range loads {
+		a.wait()
+	}
+	for i, a := range loads {
+		n, units := a.ackedUnits()
+		t.Logf("node %d: %d acknowledged (%d units), %d of them while PostgreSQL was down; denials %v", i, n, units, during[i], a.denied)
+		if during[i] == 0 {
+			t.Errorf("node %d acknowledged nothing while PostgreSQL was down", i)
+		}
+		for d := range a.denied {
+			if !strings.HasPrefix(d, "503 lease-") && !strings.HasPrefix(d, "401 ") {
+				t.Errorf("node %d answered %s; its log:\n%s", i, d, nodes[i].all.String())
+			}
+		}
+	}
+	for _, n := range nodes {
+		n.stop()
+	}
+	settledOnce(t, url, "steady", loads)
+}
+
+// settledOnce checks the ledger at url after the fleet stopped: every
+// request the loads saw acknowledged is billed once, with its units, and
+// nothing else; account id settled exactly that, holds nothing
+// outstanding and lost nothing; the reconciliation query finds nothing.
+func settledOnce(t *testing.T, url string, id core.AccountID, loads []*acked) {
+	t.Helper()
+	s, err := pgstore.Open(t.Context(), url, pgstore.Options{UsageHistory: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if found, err := s.Reconcile(t.Context()); err != nil || len(found) > 0 {
+		t.Fatalf("reconciliation: %v, %v", found, err)
+	}
+	billed := usageByID(t, s, id)
+	var n int
+	var units uint64
+	for _, a := range loads {
+		for rid, u := range a.units {
+			if b, ok := billed[rid]; !ok || uint64(b.Units) != u {
+				t.Fatalf("acknowledged request %s (%d units) billed as %+v (found %v)", rid, u, b, ok)
+			}
+			n, units = n+1, units+u
+		}
+	}
+	acct, err := s.Account(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(billed) != n {
+		for rid, b := range billed {
+			seen := false
+			for _, a := range loads {
+				_, ok := a.units[rid]
+				seen = seen || ok
+			}
+			if !seen {
+				t.Errorf("billed but not acknowledged: %s %+v (at %v)", rid, b, time.Unix(0, b.OccurredAt))
+			}
+		}
+	}
+	if len(billed) != n || uint64(acct.Settled) != units || acct.Outstanding != 0 || acct.Loss != 0 {
+		t.Fatalf("%d requests billed, %d acknowledged (%d units): %+v", len(billed), n, units, acct)
+	}
+}
+
+// count is how many requests a load saw acknowledged so far.
+func (a *acked) count() int { n, _ := a.ackedUnits(); return n }
+
+// TestFleetSurvivesKilledNodes: three nodes under load on one account.
+// Node 1 is killed with SIGKILL and restarted on its data directory: every
+// request it acknowledged is billed once and it forfeits nothing (it bills
+// its spool and releases its own leases before serving again), while
+// nodes 0 and 2 never stop serving. Then node 2 is killed for good: once
+// its leases are past expiry and grace, another node's maintenance
+// forfeits their unspent remainder, and nothing of the other nodes' usage
+// is touched. When node 2 comes back after all, its spool bills against
+// the forfeit: every request it acknowledged is billed once in the end.
+func TestFleetSurvivesKilledNodes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts and kills real processes")
+	}
+	url := pgtest.Database(t)
+	const ttl, grace = 5 * time.Second, time.Second
+	extra := []string{"--lease-ttl", ttl.String(), "--lease-grace", grace.String()}
+	nodes := startFleet(t, url, 3, extra...)
+	key := nodes[0].provision("busy", 1_000_000, 1)
+	stops := make([]chan struct{}, len(nodes))
+	loads := make([]*acked, len(nodes))
+	var finished []*acked // loads of processes that are gone
+	startLoad := func(i int) {
+		stops[i] = make(chan struct{})
+		loads[i] = loadUntil(context.Background(), stops[i], nodes[i].listen, key, 1)
+	}
+	for i := range nodes {
+		startLoad(i)
+	}
+	time.Sleep(time.Second)
+
+	// Node 1: killed and restarted.
+	before := []int{loads[0].count(), loads[2].count()}
+	nodes[1].kill9()
+	loads[1].wait()
+	finished = append(finished, loads[1])
+	time.Sleep(500 * time.Millisecond)
+	nodes[1] = startProc(t, nodes[1].dataDir, fleetFlags(url, 1, extra...)...)
+	if !strings.Contains(nodes[1].all.String(), "recovered the leases this node held") {
+		t.Fatalf("node 1 logged no recovery:\n%s", nodes[1].all.String())
+	}
+	startLoad(1)
+	time.Sleep(time.Second)
+	for j, i := range []int{0, 2} {
+		if loads[i].count() <= before[j] || len(loads[i].denied) > 0 {
+			t.Fatalf("node %d while node 1 was down and back: %d acknowledged before, %d after; denials %v",
+				i, before[j], loads[i].count(), loads[i].denied)
+		}
+	}
+	s, err := pgstore.Open(t.Context(), url, pgstore.Options{UsageHistory: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	acct, err := s.Account(t.Context(), "busy")
+	if err != nil || acct.Loss != 0 {
+		t.Fatalf("after node 1's restart: %+v, %v; want no loss", acct, err)
+	}
+
+	// Node 2: killed for good.
+	nodes[2].kill9()
+	loads[2].wait()
+	killed := time.Now()
+	var held core.CostUnits
+	leases, err := s.Leases(t.Context(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range leases {
+		if l.Holder == "node-2" {
+			held += l.Granted - l.Used
+		}
+	}
+	if held == 0 {
+		t.Fatal("node 2 held nothing when it died")
+	}
+	// Its leases end within ttl of their last extension, then grace, then
+	// the next maintenance pass of node 0 or 1 (every second) forfeits them.
+	deadline := killed.Add(ttl + grace + 5*time.Second)
+	for {
+		active, err := s.Leases(t.Context(), true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(active, func(l ledger.Lease) bool { return l.Holder == "node-2" }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node 2's leases still active %v after it died", time.Since(killed))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	forfeitedAfter := time.Since(killed)
+	acct, err = s.Account(t.Context(), "busy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("node 2 held %d units unexported when killed; its leases were forfeited %.1f s later, loss %d", held, forfeitedAfter.Seconds(), acct.Loss)
+	if acct.Loss == 0 || acct.Loss > held {
+		t.Fatalf("loss %d after node 2's leases were forfeited; it held %d", acct.Loss, held)
+	}
+	for i := range 2 {
+		if len(loads[i].denied) > 0 {
+			t.Fatalf("node %d refused while node 2 was gone: %v", i, loads[i].denied)
+		}
+	}
+
+	// Node 2 returns after all: its spool bills against the forfeit.
+	for _, i := range []int{0, 1} {
+		close(stops[i])
+		loads[i].wait()
+		nodes[i].stop()
+	}
+	finished = append(finished, loads[0], loads[1])
+	nodes[2] = startProc(t, nodes[2].dataDir, fleetFlags(url, 2, extra...)...)
+	nodes[2].stop()
+	finished = append(finished, loads[2])
+	if found, err := s.Reconcile(t.Context()); err != nil || len(found) > 0 {
+		t.Fatalf("reconciliation: %v, %v", found, err)
+	}
+	billed := usageByID(t, s, "busy")
+	var units core.CostUnits
+	for _, a := range finished {
+		for rid, u := range a.units {
+			if b, ok := billed[rid]; !ok || uint64(b.Units) != u {
+				t.Fatalf("acknowledged request %s (%d units) billed as %+v (found %v)", rid, u, b, ok)
+			}
+		}
+	}
+	for _, b := range billed {
+		units += b.Units
+	}
+	end, err := s.Account(t.Context(), "busy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if end.Settled != units || end.Outstanding != 0 || end.Loss > acct.Loss {
+		t.Fatalf("at the end: %+v; billed %d units; loss was %d", end, units, acct.Loss)
+	}
+	t.Logf("in the end: %d requests billed (%d units), loss %d (node 2's spool took back %d of its forfeit)",
+		len(billed), units, end.Loss, acct.Loss-end.Loss)
 }
