@@ -179,10 +179,17 @@ func alive(pid int) bool {
 // TestOwnClusterStopsAndStartsAgain: an own cluster refuses connections
 // while stopped, and comes back on the same URL with its data.
 func TestOwnClusterStopsAndStartsAgain(t *testing.T) {
-	c := Own(t)
+	c := Own(t, Options{})
 	conn := connect(t, c.URL())
+	cpu := c.CPU()
 	if _, err := conn.Exec(t.Context(), "CREATE TABLE kept (n int); INSERT INTO kept VALUES (7)"); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := conn.Exec(t.Context(), "SELECT count(*) FROM generate_series(1, 3000000)"); err != nil {
+		t.Fatal(err)
+	}
+	if used := c.CPU() - cpu; used <= 0 {
+		t.Fatalf("a query of three million rows used %v of PostgreSQL's CPU", used)
 	}
 	c.Stop()
 	if _, err := conn.Exec(t.Context(), "SELECT 1"); err == nil {
