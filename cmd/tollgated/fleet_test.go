@@ -29,6 +29,18 @@ import (
 // stop or start requests on every other node, at the 99th percentile.
 const propagationBound = 100 * time.Millisecond
 
+// testedPropagationBound is the bound the test holds the daemons it starts
+// to: propagationBound, or four times it when they are this test binary
+// built with -race (make test), whose instrumentation multiplies the CPU
+// every step of a change costs. make bench-fleet runs the test without
+// -race against propagationBound itself.
+func testedPropagationBound() time.Duration {
+	if raceEnabled {
+		return 4 * propagationBound
+	}
+	return propagationBound
+}
+
 // fleetSecret is the server secret every node of a test fleet shares: keys
 // are digested under it, and the ledger refuses a node with another.
 const fleetSecret = "6a0f3c1b9e8d7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a2b"
@@ -203,14 +215,14 @@ func TestFleetPropagatesAdminChanges(t *testing.T) {
 	}
 	p50, p99 := percentile(bounded, 0.5), percentile(bounded, 0.99)
 	t.Logf("suspensions, new keys, revocations on 2 nodes: %d samples, from commit p50 %.2f ms, p99 %.2f ms (bound %v)",
-		len(bounded), ms(p50), ms(p99), propagationBound)
+		len(bounded), ms(p50), ms(p99), testedPropagationBound())
 	for _, n := range nodes[1:] {
 		within, total := changeLag(t, n, propagationBound)
 		t.Logf("node %s: %d of %d changes reached its shards within %v of their commit (tollgated_fleet_change_lag_seconds)",
 			n.adm, within, total, propagationBound)
 	}
-	if p99 > propagationBound {
-		t.Fatalf("p99 propagation %v exceeds %v", p99, propagationBound)
+	if bound := testedPropagationBound(); p99 > bound {
+		t.Fatalf("p99 propagation %v exceeds %v (race detector: %v)", p99, bound, raceEnabled)
 	}
 
 	// Catch-up: every node's listening connection is cut, and the change
@@ -322,11 +334,14 @@ func TestFleetSpendsOneBudgetToTheLastUnit(t *testing.T) {
 	}
 	// Every node answers 402 once its own lease is dry and the ledger has
 	// refused it more (a request in between waits for funding and may be
-	// answered 503 lease-*: funding was on its way).
+	// answered 503 lease-*: funding was on its way). How soon depends on
+	// the node's back-off between ledger calls for an account the ledger
+	// refused (control/funding): a second here, three under -race on a
+	// loaded machine.
 	spent := time.Now()
 	for i, node := range nodes {
 		c := newChecker(node.listen, key)
-		seen := c.until(t, spent, http.StatusPaymentRequired, "", 3*time.Second)
+		seen := c.until(t, spent, http.StatusPaymentRequired, "", 10*time.Second)
 		_, u := loads[i].ackedUnits()
 		t.Logf("node %d admitted %d units, answers 402 %.0f ms after the load stopped; the load's denials: %v",
 			i, u, ms(seen.Sub(spent)), loads[i].denied)
