@@ -520,6 +520,14 @@ func TestFleetSurvivesKilledNodes(t *testing.T) {
 	extra := []string{"--lease-ttl", ttl.String(), "--lease-grace", grace.String()}
 	nodes := startFleet(t, url, 3, extra...)
 	key := nodes[0].provision("busy", 1_000_000, 1)
+	// The key serves on every node before the load starts, so that any
+	// refusal later is the test's business (these checks are billed too).
+	for _, n := range nodes {
+		newChecker(n.listen, key).until(t, time.Now(), http.StatusOK, "", 5*time.Second)
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
 	stops := make([]chan struct{}, len(nodes))
 	loads := make([]*acked, len(nodes))
 	var finished []*acked // loads of processes that are gone
