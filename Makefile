@@ -3,7 +3,7 @@ GO      ?= go
 PKGS    ?= ./...
 BIN     := bin
 
-.PHONY: all build run test test-short vet fmt-check fuzz sim soak bench bench-http clean
+.PHONY: all build run test test-short vet fmt-check fuzz sim soak bench bench-http bench-fleet clean
 
 all: build
 
@@ -72,6 +72,13 @@ bench:
 BENCH_KEY ?= bench-demo-key
 bench-http:
 	BENCH_KEY=$(BENCH_KEY) BENCH_TOLLGATED_ARGS="--demo-key $(BENCH_KEY) $(BENCH_TOLLGATED_ARGS)" bash bench/http.sh
+
+# bench-fleet: what a fleet costs its PostgreSQL (ledger transactions and
+# PostgreSQL CPU per 1,000 durable checks; checks per tollgated CPU-second),
+# one node and then two on a durable cluster of their own, and how fast an
+# admin change reaches the other nodes (p50/p99). About a minute.
+bench-fleet:
+	TOLLGATED_FLEET_BENCH=1 $(GO) test -count=1 -run 'TestFleetCost$$|TestFleetPropagatesAdminChanges$$' -v ./cmd/tollgated/ | grep -E 'node\(s\)|samples|^(ok|FAIL|---)'
 
 clean:
 	rm -rf $(BIN)

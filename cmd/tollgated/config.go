@@ -29,6 +29,8 @@ type config struct {
 	shards        int
 	cpus          []int
 	dataDir       string
+	ledgerURL     string // --ledger: "" for the embedded file in dataDir
+	ledgerURLFile string // --ledger-file: a file holding the URL (credentials stay out of the process list)
 	logLevel      zerolog.Level
 	shutdownGrace time.Duration
 	maxInFlight   int // reservations in flight per shard
@@ -88,6 +90,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.StringVar(&c.ack, "ack", "durable", "when answers that bill usage are sent: durable (once the usage is fsync'd to the spool: survives kill -9 and power loss) or immediate (at once; usage reaches the spool within a flush interval, and is lost if the process dies first — spend stays bounded)")
 	fs.IntVar(&c.usageHistory, "usage-history", 1000, "usage events kept per account for GET /v1/accounts/{id}/usage")
 	fs.StringVar(&c.dataDir, "data-dir", "./tollgated-data", "directory for the ledger, the usage spool and the server secret")
+	fs.StringVar(&c.ledgerURL, "ledger", "", "where the ledger lives: empty for the embedded file in --data-dir, or a PostgreSQL URL (postgres://user@host/db) shared by a fleet")
+	fs.StringVar(&c.ledgerURLFile, "ledger-file", "", "a file holding the --ledger URL, so its password stays out of the process list and the environment")
 	fs.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
 	fs.DurationVar(&c.shutdownGrace, "shutdown-grace", 10*time.Second, "how long SIGTERM waits for in-flight requests")
 	fs.IntVar(&c.maxInFlight, "max-in-flight", 1<<16, "reservations in flight per shard")
@@ -241,6 +245,9 @@ func (c *config) finish(cpus, level string) error {
 	}
 	if c.dataDir == "" {
 		return fmt.Errorf("--data-dir must not be empty")
+	}
+	if err := checkLedgerFlags(c.ledgerURL, c.ledgerURLFile); err != nil {
+		return err
 	}
 	if c.shutdownGrace <= 0 {
 		return fmt.Errorf("--shutdown-grace must be positive")

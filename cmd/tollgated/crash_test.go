@@ -24,24 +24,44 @@ type acked struct {
 	units  map[string]uint64
 	denied map[string]int // status and problem code → count
 	wait   func()         // until every load goroutine has stopped
+	// slowest is the longest a request took to be answered.
+	slowest time.Duration
 }
 
 // load sends /v1/check for key from conns connections until ctx ends or
 // the server goes away, recording every 200.
 func load(ctx context.Context, addr, key string, conns int) *acked {
+	return loadUntil(ctx, nil, addr, key, conns, 5*time.Second)
+}
+
+// loadUntil is load that also stops, between requests, once stop is
+// closed: every request sent is answered and recorded, so what was
+// acknowledged is exactly what the server billed. A request not answered
+// within timeout ends its connection's load.
+func loadUntil(ctx context.Context, stop <-chan struct{}, addr, key string, conns int, timeout time.Duration) *acked {
 	a := &acked{units: make(map[string]uint64), denied: make(map[string]int)}
 	var wg sync.WaitGroup
 	for range conns {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
-			for ctx.Err() == nil {
+			client := &http.Client{Timeout: timeout, Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+			for ctx.Err() == nil && !closed(stop) {
 				req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+addr+"/v1/check",
 					strings.NewReader(`{"permission":"chat","workload":[{"op":"requests","count":1}]}`))
 				req.Header.Set("Authorization", "Bearer "+key)
+				sent := time.Now()
 				resp, err := client.Do(req)
+				took := time.Since(sent)
+				a.mu.Lock()
+				a.slowest = max(a.slowest, took)
+				a.mu.Unlock()
 				if err != nil {
+					if ctx.Err() == nil {
+						a.mu.Lock()
+						a.denied["error "+err.Error()]++
+						a.mu.Unlock()
+					}
 					return // killed, or ctx ended
 				}
 				body, _ := io.ReadAll(resp.Body)
@@ -64,6 +84,16 @@ func load(ctx context.Context, addr, key string, conns int) *acked {
 	}
 	a.wait = wg.Wait
 	return a
+}
+
+// closed reports whether c is closed (never, for nil).
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 // usageByID reads every usage event of account from the ledger.

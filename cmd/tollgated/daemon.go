@@ -24,8 +24,9 @@ import (
 	"github.com/tollgated/tollgated/control/plane"
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/credential"
+	"github.com/tollgated/tollgated/fleet"
 	"github.com/tollgated/tollgated/httploop"
-	"github.com/tollgated/tollgated/ledger/boltstore"
+	"github.com/tollgated/tollgated/ledger"
 	"github.com/tollgated/tollgated/node"
 	"github.com/tollgated/tollgated/shard"
 	"github.com/tollgated/tollgated/spool"
@@ -36,7 +37,7 @@ import (
 // ledger's maintenance, and the admin API.
 type daemon struct {
 	log      zerolog.Logger
-	store    *boltstore.Store
+	store    ledger.Store
 	spool    *spool.Spool
 	node     *node.Node
 	exporter *control.Exporter
@@ -49,6 +50,11 @@ type daemon struct {
 	out      io.Writer                     // where the generated admin token is printed, once
 	plane    atomic.Pointer[control.Plane] // for the spool's durability callback
 	exported atomic.Pointer[control.Exporter]
+	// On a PostgreSQL ledger (fleet.go): the change log's follower, the
+	// change it follows from, and its lag.
+	follower   *fleet.Follower
+	followFrom uint64
+	changeLag  prometheus.Histogram
 }
 
 // startDaemon brings tollgated up in dependency order; on any failure it
@@ -79,7 +85,7 @@ func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err 
 			d.close()
 		}
 	}()
-	if d.store, err = boltstore.Open(filepath.Join(cfg.dataDir, ledgerFile), boltstore.Options{UsageHistory: cfg.usageHistory}); err != nil {
+	if d.store, err = openStore(cfg, log); err != nil {
 		return nil, err
 	}
 	ctx := context.Background()
@@ -143,6 +149,9 @@ func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err 
 	d.exporter.Changed = d.prov.UsageChanged
 	d.exporter.OnError = func(err error) {
 		log.Error().Err(err).Msg("usage export to the ledger failed; retrying (the usage stays in the spool)")
+	}
+	if err := d.prepareFollower(ctx); err != nil {
+		return nil, fmt.Errorf("reading the ledger's change log: %w", err)
 	}
 	accounts, keys, err := d.prov.Load(ctx)
 	if err != nil {
@@ -245,6 +254,7 @@ func (d *daemon) recover(ctx context.Context, nodeID string) error {
 func (d *daemon) background() {
 	defer close(d.done)
 	go d.prov.Maintain(d.stop, time.Second)
+	defer d.follow(d.stop)()
 	d.exporter.Run(d.stop, exportInterval)
 }
 
@@ -261,6 +271,9 @@ func (d *daemon) startAdmin(ctx context.Context, cfg config, hasher *credential.
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(newNodeCollector(d), newBuildInfoCollector(),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if d.changeLag != nil {
+		reg.MustRegister(d.changeLag)
+	}
 	srv, err := admin.New(admin.Config{Store: d.store, Hasher: hasher, Publisher: d.prov, Registry: reg, Log: d.log,
 		Holdings: planeHoldings{d.node.Plane()}})
 	if err != nil {

@@ -15,7 +15,8 @@ import (
 
 // The data directory holds everything tollgated keeps:
 //
-//	ledger.db  the ledger (bbolt): accounts, money, leases, keys, audit
+//	ledger.db  the ledger (bbolt): accounts, money, leases, keys, audit;
+//	           absent when --ledger names a PostgreSQL database
 //	spool/     usage not yet billed into the ledger
 //	secret     the server secret for key digests (when --secret is not given)
 const (

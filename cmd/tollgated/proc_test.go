@@ -93,7 +93,7 @@ func (p *proc) waitFor(what string, within time.Duration) string {
 		select {
 		case l, ok := <-p.lines:
 			if !ok {
-				p.t.Fatalf("tollgated ended before %q", what)
+				p.t.Fatalf("tollgated ended before %q:\n%s", what, p.all.String())
 			}
 			if strings.Contains(l, what) {
 				return l

@@ -8,10 +8,14 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tollgated/tollgated/internal/pgtest"
+	"github.com/tollgated/tollgated/ledger/pgstore"
 )
 
 // TestMain lets the test binary act as tollgated itself, so the signal
-// test below exercises the real process: flags, start-up, SIGTERM.
+// test below exercises the real process: flags, start-up, SIGTERM. Tests
+// that need PostgreSQL get a throwaway one (internal/pgtest).
 func TestMain(m *testing.M) {
 	if os.Getenv("TOLLGATED_TEST_AS_DAEMON") == "1" {
 		os.Args = append([]string{"tollgated"}, strings.Fields(os.Getenv("TOLLGATED_TEST_ARGS"))...)
@@ -21,7 +25,7 @@ func TestMain(m *testing.M) {
 		main()
 		return
 	}
-	os.Exit(m.Run())
+	os.Exit(pgtest.Main(m, pgtest.Options{Prepare: pgstore.Migrate}))
 }
 
 func TestSIGTERMStopsGracefully(t *testing.T) {

@@ -1,0 +1,68 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tollgated/tollgated/fleet"
+	"github.com/tollgated/tollgated/ledger/pgstore"
+)
+
+// On a PostgreSQL ledger a node follows the change log, so admin changes
+// made through any node reach this node's shards (package fleet). The
+// embedded ledger has one node: there is nothing to follow.
+
+// prepareFollower takes the change log's head, before the node loads the
+// ledger (so nothing committed after the load is missed), and builds the
+// follower; on the embedded ledger it does nothing.
+func (d *daemon) prepareFollower(ctx context.Context) error {
+	pg, ok := d.store.(*pgstore.Store)
+	if !ok {
+		return nil
+	}
+	head, err := pg.LastChange(ctx)
+	if err != nil {
+		return err
+	}
+	d.followFrom = head
+	d.changeLag = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "tollgated_fleet_change_lag_seconds",
+		Help: "From an admin change's commit (any node's) to its publication on this node's shards.",
+		// The bound the fleet holds is 100 ms at p99 (docs/FLEET.md).
+		Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
+	})
+	d.follower = &fleet.Follower{Store: d.store, Source: pg, Publish: d.prov,
+		Applied: func(_ pgstore.Change, lag time.Duration) { d.changeLag.Observe(lag.Seconds()) },
+		OnError: func(c pgstore.Change, err error) {
+			d.log.Error().Err(err).Uint64("change", c.ID).Str("kind", string(c.Kind)).Str("account", string(c.Account)).
+				Msg("a change another node made could not reach this node's shards; retrying")
+		}}
+	return nil
+}
+
+// follow runs the follower until stop closes, and returns a function that
+// waits for it to end.
+func (d *daemon) follow(stop <-chan struct{}) (wait func()) {
+	if d.follower == nil {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		d.follower.Run(ctx, d.followFrom)
+	}()
+	go func() {
+		select {
+		case <-stop:
+		case <-done:
+		}
+		cancel()
+	}()
+	d.log.Info().Uint64("after_change", d.followFrom).Msg("following the ledger's change log")
+	return func() { <-done }
+}

@@ -1,0 +1,204 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgated/tollgated/core"
+	"github.com/tollgated/tollgated/ledger"
+)
+
+// Paged listings. A cursor is the last item's key as text: an account id,
+// or a lease id or usage sequence number in decimal. Every page is one
+// statement reading at most maxPageScan rows, and holds at most that many
+// items whatever its limit: a status filter that matches little (suspended
+// accounts among millions) answers a short page with a cursor, never one
+// long scan.
+const maxPageScan = 4096
+
+func checkPage(p ledger.Page) error {
+	if p.Limit <= 0 {
+		return fmt.Errorf("%w: page limit %d", ledger.ErrInvalid, p.Limit)
+	}
+	return nil
+}
+
+// seqCursor reads a decimal cursor; "" is 0.
+func seqCursor(after string) (uint64, error) {
+	if after == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseUint(after, 10, 64)
+	if err != nil || n == 0 {
+		return 0, fmt.Errorf("%w: cursor %q", ledger.ErrInvalid, after)
+	}
+	return n, nil
+}
+
+// pageOf cuts a page of limit items from items, which a query read with
+// limit+1 rows: a row beyond the limit means more follow, after the last
+// item kept.
+func pageOf[T any](items []T, limit int, key func(T) string) ([]T, string, error) {
+	if len(items) <= limit {
+		return items, "", nil
+	}
+	return items[:limit], key(items[limit-1]), nil
+}
+
+// Account pages: the window of at most maxPageScan accounts after the
+// cursor (all of them, or one parent's children, through the primary key
+// or accounts_by_parent), then the status filter over it.
+const (
+	listAccountsSQL = "SELECT " + accountColumns + ` FROM (
+			SELECT * FROM accounts WHERE id > $1 ORDER BY id LIMIT $2) AS accounts
+		WHERE NOT $3 OR status = $4 ORDER BY id LIMIT $5`
+	listChildrenSQL = "SELECT " + accountColumns + ` FROM (
+			SELECT * FROM accounts WHERE parent = $6 AND id > $1 ORDER BY id LIMIT $2) AS accounts
+		WHERE NOT $3 OR status = $4 ORDER BY id LIMIT $5`
+	accountWindowSQL  = `SELECT count(*), coalesce(max(id), '') FROM (SELECT id FROM accounts WHERE id > $1 ORDER BY id LIMIT $2) AS w`
+	childrenWindowSQL = `SELECT count(*), coalesce(max(id), '') FROM (
+			SELECT id FROM accounts WHERE parent = $3 AND id > $1 ORDER BY id LIMIT $2) AS w`
+)
+
+// ListAccounts implements ledger.Store. A page that the filter leaves
+// short of its limit ends the listing only if its window reached the last
+// account; otherwise its cursor is the window's last id.
+func (s *Store) ListAccounts(ctx context.Context, f ledger.AccountFilter, p ledger.Page) (out []ledger.Account, next string, err error) {
+	if err := checkPage(p); err != nil {
+		return nil, "", err
+	}
+	if p.After != "" && core.AccountID(p.After).Validate() != nil {
+		return nil, "", fmt.Errorf("%w: cursor %q", ledger.ErrInvalid, p.After)
+	}
+	if f.Parent != "" && f.Parent.Validate() != nil {
+		return nil, "", fmt.Errorf("%w: account %q", ledger.ErrNotFound, f.Parent)
+	}
+	limit := min(p.Limit, maxPageScan)
+	err = s.view(ctx, func(tx pgx.Tx) error {
+		query, window := listAccountsSQL, accountWindowSQL
+		args := []any{p.After, maxPageScan, f.ByStatus, int16(f.Status), limit + 1}
+		windowArgs := []any{p.After, maxPageScan}
+		if f.Parent != "" {
+			if _, err := readAccount(ctx, tx, f.Parent); err != nil {
+				return err
+			}
+			query, window = listChildrenSQL, childrenWindowSQL
+			args, windowArgs = append(args, string(f.Parent)), append(windowArgs, string(f.Parent))
+		}
+		rows, err := tx.Query(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		accts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ledger.Account, error) { return scanAccount(row) })
+		if err != nil {
+			return err
+		}
+		if out, next, _ = pageOf(accts, limit, func(a ledger.Account) string { return string(a.ID) }); next != "" {
+			return nil
+		}
+		// Short of the limit: did the window stop at the end, or at its bound?
+		var scanned int
+		var last string
+		if !f.ByStatus {
+			if scanned = len(out); scanned > 0 {
+				last = string(out[scanned-1].ID)
+			}
+		} else if err := tx.QueryRow(ctx, window, windowArgs...).Scan(&scanned, &last); err != nil {
+			return err
+		}
+		if scanned == maxPageScan {
+			next = last
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	return out, next, nil
+}
+
+// ListLeases implements ledger.Store. Active leases are read through the
+// partial index of active leases (ended ones pile up), every lease through
+// the primary key.
+func (s *Store) ListLeases(ctx context.Context, active bool, p ledger.Page) ([]ledger.Lease, string, error) {
+	if err := checkPage(p); err != nil {
+		return nil, "", err
+	}
+	after, err := seqCursor(p.After)
+	if err != nil || after >= math.MaxInt64 {
+		return nil, "", err // no stored id follows the largest a bigint holds
+	}
+	query := "SELECT " + leaseColumns + " FROM leases WHERE id > $1 ORDER BY id LIMIT $2"
+	if active {
+		query = "SELECT " + leaseColumns + " FROM leases WHERE state = 1 AND id > $1 ORDER BY id LIMIT $2"
+	}
+	limit := min(p.Limit, maxPageScan)
+	rows, err := s.pool.Query(ctx, query, int64(after), limit+1)
+	if err != nil {
+		return nil, "", err
+	}
+	leases, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ledger.Lease, error) {
+		rec, err := scanLease(row)
+		return rec.Lease, err
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	return pageOf(leases, limit, func(l ledger.Lease) string { return strconv.FormatUint(l.ID, 10) })
+}
+
+// ListUsage implements ledger.Store: newest first, so the cursor is the
+// sequence number of the last (oldest) event listed, and the next page
+// starts below it.
+func (s *Store) ListUsage(ctx context.Context, id core.AccountID, p ledger.Page) (out []ledger.Usage, next string, err error) {
+	if err := checkPage(p); err != nil {
+		return nil, "", err
+	}
+	before, err := seqCursor(p.After)
+	if err != nil {
+		return nil, "", err
+	}
+	if id.Validate() != nil {
+		return nil, "", fmt.Errorf("%w: account %q", ledger.ErrNotFound, id)
+	}
+	limit := min(p.Limit, maxPageScan)
+	query := "SELECT seq, " + usageColumns + " FROM usage WHERE account = $1 ORDER BY seq DESC LIMIT $2"
+	args := []any{string(id), limit + 1}
+	if before != 0 {
+		query = "SELECT seq, " + usageColumns + " FROM usage WHERE account = $1 AND seq < $3 ORDER BY seq DESC LIMIT $2"
+		args = append(args, int64(min(before, math.MaxInt64)))
+	}
+	type numbered struct {
+		seq int64
+		u   ledger.Usage
+	}
+	var events []numbered
+	err = s.view(ctx, func(tx pgx.Tx) error {
+		if _, err := readAccount(ctx, tx, id); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		events, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (numbered, error) {
+			var n numbered
+			u, err := scanUsage(row, id, &n.seq)
+			n.u = u
+			return n, err
+		})
+		return err
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	page, next, _ := pageOf(events, limit, func(n numbered) string { return strconv.FormatInt(n.seq, 10) })
+	for _, n := range page {
+		out = append(out, n.u)
+	}
+	return out, next, nil
+}
