@@ -189,3 +189,39 @@ func TestExporterWokenBeforeDurableShowsStillExports(t *testing.T) {
 		}
 	}
 }
+
+// TestRecoveryNumbersASpoolCutAfterItWasBilledOnToTheMark: the spool's
+// last records were billed, then lost (a torn tail cut on open): the spool
+// ends before the ledger's mark. Recovery appends empty records up to the
+// mark, so the next record takes a number the mark does not cover and is
+// billed; a spool that ends implausibly far before the mark is refused.
+func TestRecoveryNumbersASpoolCutAfterItWasBilledOnToTheMark(t *testing.T) {
+	sp, store, l := exporterFixture(t)
+	ctx := context.Background()
+	spoolUsage(sp, leaseEvent(l, 1, 10))
+	if _, err := store.Settle(ctx, ledger.Settlement{Node: "n1", From: 0, To: 4,
+		Leases: []ledger.LeaseUsage{{Account: "acme", LeaseID: l.ID, Token: l.Token, Units: 10}}}, 1); err != nil {
+		t.Fatal(err)
+	}
+	e := NewExporter(sp, store, "n1", 16)
+	r, err := Recover(ctx, store, sp, e, "n1", 2)
+	if err != nil || r.Holes != 3 {
+		t.Fatalf("recovery %+v, %v; want 3 holes", r, err)
+	}
+	spoolUsage(sp, leaseEvent(l, 2, 7)) // seq 5: past the mark
+	if err := e.Export(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.Stats(); st.UnitsBilled != 7 || st.Exported != 5 {
+		t.Fatalf("after recovery: %+v", st)
+	}
+
+	far, store2, _ := exporterFixture(t)
+	if _, err := store2.Settle(ctx, ledger.Settlement{Node: "n1", From: 0, To: MaxHoles + 1}, 1); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Recover(ctx, store2, far, NewExporter(far, store2, "n1", 16), "n1", 2)
+	if !errors.Is(err, ErrSpoolBehindMark) {
+		t.Fatalf("a spool %d records behind its mark: %v", MaxHoles+1, err)
+	}
+}

@@ -47,3 +47,13 @@ func (s *memSpool) Release(upTo uint64) error {
 	s.mu.Unlock()
 	return nil
 }
+
+func (s *memSpool) Sync() error { return nil }
+
+func (s *memSpool) Replay(fn func(uint64, []byte) error) error {
+	s.mu.Lock()
+	from := s.released
+	s.mu.Unlock()
+	_, err := s.Read(from, 1<<30, fn)
+	return err
+}

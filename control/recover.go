@@ -16,6 +16,7 @@ type RecoverSpool interface {
 	Replay(fn func(seq uint64, payload []byte) error) error
 	Append(payload []byte) (uint64, error)
 	Sync() error
+	Durable() uint64
 }
 
 // Recovery is what Recover found and did.
@@ -26,7 +27,41 @@ type Recovery struct {
 	Leases       int            // this node's active leases released
 	Returned     core.CostUnits // units those releases credited back
 	Unaccounted  int            // leases whose release the ledger refused (left to forfeiture)
+	// Holes counts empty records appended because the spool ended before
+	// the ledger's export mark (its last records were cut after they were
+	// billed): see fillToMark.
+	Holes        uint64
 	ExportFailed bool
+}
+
+// MaxHoles bounds fillToMark: a spool that ends further than this before
+// the node's export mark is not this node's spool cut short, but another
+// spool (or none) under this node's id, and recovery refuses it.
+const MaxHoles = 1 << 20
+
+// fillToMark numbers the spool on up to the node's export mark with empty
+// records when it ends before it: its last records were billed, then lost
+// (a torn tail cut on open, a quarantine). Without them the records the
+// node appends next would take numbers the mark covers, and never be
+// billed. The holes bill nothing and are durable before the node serves.
+func fillToMark(ctx context.Context, store ledger.Store, sp RecoverSpool, node string) (uint64, error) {
+	mark, err := store.ExportMark(ctx, node)
+	if err != nil {
+		return 0, err
+	}
+	end := sp.Durable()
+	if mark <= end {
+		return 0, nil
+	}
+	if mark-end > MaxHoles {
+		return 0, fmt.Errorf("%w: the ledger billed node %q's spool up to record %d, the spool ends at %d", ErrSpoolBehindMark, node, mark, end)
+	}
+	for range mark - end {
+		if _, err := sp.Append(nil); err != nil {
+			return 0, err
+		}
+	}
+	return mark - end, sp.Sync()
 }
 
 // Recover reconciles, before a node serves, the leases it held when it
@@ -47,9 +82,14 @@ type Recovery struct {
 // named one) is taken to be this node's: one ledger file served one node.
 func Recover(ctx context.Context, store ledger.Store, sp RecoverSpool, ex *Exporter, holder string, now int64) (Recovery, error) {
 	var r Recovery
+	holes, err := fillToMark(ctx, store, sp, ex.node)
+	if err != nil {
+		return r, fmt.Errorf("numbering the spool on to the export mark: %w", err)
+	}
+	r.Holes = holes
 	open := make(map[[16]byte]record.Record) // by event id: a commit and its bill share it
 	var order [][16]byte
-	err := sp.Replay(func(seq uint64, payload []byte) error {
+	err = sp.Replay(func(seq uint64, payload []byte) error {
 		r.Replayed++
 		rec, err := record.Decode(payload)
 		if err != nil {

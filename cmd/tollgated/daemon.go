@@ -244,6 +244,10 @@ func (d *daemon) recover(ctx context.Context, nodeID string) error {
 			Int("open_commits_billed", r.OpenCommits).Uint64("open_commit_units", uint64(r.OpenUnits)).
 			Msg("recovered the leases this node held: billed what its spool holds, returned the rest")
 	}
+	if r.Holes > 0 {
+		d.log.Warn().Str("node_id", nodeID).Uint64("records", r.Holes).
+			Msg("the usage spool ended before what the ledger has billed of it (its last records were lost after they were billed): numbered on past them with empty records")
+	}
 	if r.Unaccounted > 0 {
 		d.log.Error().Int("leases", r.Unaccounted).Msg("some leases of this node could not be released; the ledger forfeits them after expiry and grace")
 	}
