@@ -21,12 +21,12 @@ type RecoverSpool interface {
 
 // Recovery is what Recover found and did.
 type Recovery struct {
-	Replayed     int            // records in the spool not yet released
-	OpenCommits  int            // commit entries no usage record closed: billed at their quote
-	OpenUnits    core.CostUnits // what those bills came to
-	Leases       int            // this node's active leases released
-	Returned     core.CostUnits // units those releases credited back
-	Unaccounted  int            // leases whose release the ledger refused (left to forfeiture)
+	Replayed    int            // records in the spool not yet released
+	OpenCommits int            // commit entries no usage record closed: billed at their quote
+	OpenUnits   core.CostUnits // what those bills came to
+	Leases      int            // this node's active leases released
+	Returned    core.CostUnits // units those releases credited back
+	Unaccounted int            // leases whose release the ledger refused (left to forfeiture)
 	// Holes counts empty records appended because the spool ended before
 	// the ledger's export mark (its last records were cut after they were
 	// billed): see fillToMark.
