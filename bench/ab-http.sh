@@ -86,7 +86,7 @@ measure() { # NAME PID PORT ADMIN -> "rps p99 cpu_us_per_req txn_per_s"
 	wait "$lt"
 	awk -v rps="$(grep -o '"throughput_rps":[0-9.]*' "$work/out.json" | cut -d: -f2)" \
 		-v p99="$(grep -o '"p99":[0-9.]*' "$work/out.json" | head -n1 | cut -d: -f2)" \
-		-v req="$(grep -o '"requests":[0-9]*' "$work/out.json" | cut -d: -f2)" \
+		-v req="$(grep -o '"requests":[0-9]*' "$work/out.json" | head -n1 | cut -d: -f2)" \
 		-v c=$(( c1 - c0 )) -v hz="$hz" -v l=$(( l1 - l0 )) -v s="$ROUND_SECS" \
 		'BEGIN { printf "%.0f %.0f %.2f %.1f\n", rps, p99, c / hz * 1e6 / req, l / s }'
 }

@@ -284,8 +284,9 @@ cpu_ticks() {
 }
 
 # measure NAME URL PID TAG ARGS... runs one loadtest against the server PID
-# and prints "rps p99_us cpu_us_per_request cpu_us_per_op ledger_txn_per_s",
-# or "FAILED". The server's CPU and tollgated's ledger counters are read when
+# and prints "rps p99_us cpu_us_per_request cpu_us_per_op ledger_txn_per_s
+# busy_percent" (busy: the server's CPU time over the window's length; near
+# 100 the server, not the load generator, is the limit), or "FAILED". The server's CPU and tollgated's ledger counters are read when
 # the warm-up ends and when the measured window does.
 measure() {
 	local name=$1 url=$2 pid=$3 tag=$4
@@ -306,7 +307,7 @@ measure() {
 			-v c="$(( c1 - c0 ))" -v hz="$clk_tck" -v l0="$l0" -v l1="$l1" -v s="$ROUND_SECS" 'BEGIN {
 				cpu = c / hz * 1e6
 				l = (l0 == "" || l1 == "") ? -1 : (l1 - l0) / s
-				printf "%s %s %.2f %.2f %.1f\n", rps, p99, cpu / req, cpu / (ops > 0 ? ops : req), l }'
+				printf "%s %s %.2f %.2f %.1f %.0f\n", rps, p99, cpu / req, cpu / (ops > 0 ? ops : req), l, cpu / s / 1e4 }'
 	else
 		log "$tag against $name failed:"
 		sed 's/^/    /' "$work/$name-$tag.err" >&2
@@ -323,7 +324,7 @@ scenario_args() { # SCENARIO
 
 baseline_pid=${pids[0]}
 tollgated_pid=${pids[1]:-}
-declare -A r_rps r_p99 r_cpu r_cpuop r_led
+declare -A r_rps r_p99 r_cpu r_cpuop r_led r_busy
 
 round_of() { # ROUND NAME: measure and store
 	local res
@@ -337,7 +338,7 @@ round_of() { # ROUND NAME: measure and store
 		failed=1
 		return
 	fi
-	read -r r_rps[$2,$1] r_p99[$2,$1] r_cpu[$2,$1] r_cpuop[$2,$1] r_led[$2,$1] <<<"$res"
+	read -r r_rps[$2,$1] r_p99[$2,$1] r_cpu[$2,$1] r_cpuop[$2,$1] r_led[$2,$1] r_busy[$2,$1] <<<"$res"
 }
 
 echo
@@ -361,9 +362,9 @@ for (( r = 1; r <= ROUNDS; r++ )); do
 			continue
 		fi
 		awk -v n="$n" -v rps="${r_rps[$n,$r]}" -v p99="${r_p99[$n,$r]}" -v cpu="${r_cpu[$n,$r]}" \
-			-v cpuop="${r_cpuop[$n,$r]}" -v led="${r_led[$n,$r]}" \
+			-v cpuop="${r_cpuop[$n,$r]}" -v led="${r_led[$n,$r]}" -v busy="${r_busy[$n,$r]}" \
 			-v brps="${r_rps[baseline,$r]:-}" -v bp99="${r_p99[baseline,$r]:-}" -v bcpu="${r_cpu[baseline,$r]:-}" 'BEGIN {
-			line = sprintf("  %-10s %8.0f req/s  p99 %8.1f µs  CPU %6.2f µs/req", n, rps, p99, cpu)
+			line = sprintf("  %-10s %8.0f req/s  p99 %8.1f µs  CPU %6.2f µs/req (busy %3d%%)", n, rps, p99, cpu, busy)
 			if (n == "staged") line = line sprintf(" (%.2f µs/op)", cpuop)
 			if (n != "baseline" && led >= 0) line = line sprintf("  ledger %.1f txn/s", led)
 			if (n != "baseline" && brps != "") {
@@ -395,6 +396,7 @@ series() {
 		cpu) v=${r_cpu[$1,$r]:-} b=${r_cpu[baseline,$r]:-} ;;
 		cpuop) v=${r_cpuop[$1,$r]:-} b=${r_cpu[baseline,$r]:-} ;;
 		led) v=${r_led[$1,$r]:-} b=1 ;;
+		busy) v=${r_busy[$1,$r]:-} b=1 ;;
 		esac
 		[[ -n "$v" && -n "$b" ]] || continue
 		if [[ -n "${3:-}" ]]; then
@@ -409,6 +411,7 @@ echo
 echo "baseline throughput (req/s):  $(stats %.0f $(series baseline rps))"
 echo "baseline p99 (µs):            $(stats %.1f $(series baseline p99))"
 echo "baseline CPU (µs/req):        $(stats %.2f $(series baseline cpu))"
+echo "baseline busy (% of a CPU):    $(stats %.0f $(series baseline busy))"
 if (( have_tollgated )); then
 	for n in "${scenarios[@]}"; do
 		cpu_field=cpu target_cpu="" target_rps=""
@@ -455,7 +458,7 @@ if (( OPEN_LOOP )); then
 				failed=1
 				continue
 			fi
-			read -r rps p99 cpu _ _ <<<"$res"
+			read -r rps p99 cpu _ _ _ <<<"$res"
 			f="$work/$( [[ $n == baseline ]] && echo baseline || echo tollgated )-open.json"
 			awk -v n="$n" -v rps="$rps" -v p50="$(json_num "$f" p50)" -v p99="$p99" -v cpu="$cpu" \
 				-v missed="$(json_num "$f" missed)" 'BEGIN {
