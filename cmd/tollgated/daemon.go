@@ -21,6 +21,7 @@ import (
 	"github.com/tollgated/tollgated/admin"
 	"github.com/tollgated/tollgated/affinity"
 	"github.com/tollgated/tollgated/control"
+	"github.com/tollgated/tollgated/control/plane"
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/credential"
 	"github.com/tollgated/tollgated/httploop"
@@ -119,6 +120,11 @@ func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err 
 					p.UsageChanged(ids)
 				}
 			},
+			KeysUsed: func(keys []plane.KeyUsed) {
+				if p := prov.Load(); p != nil {
+					p.KeysUsed(keys)
+				}
+			},
 		},
 		Durable: cfg.ack == "durable", FundingWait: fundingWait(cfg.fundingWait),
 		DrainUsage: d.drainUsage, Log: log,
@@ -196,7 +202,7 @@ func (d *daemon) openSpool(cfg config, nodeID string) error {
 			p.Kick()
 		}
 		if e := d.exported.Load(); e != nil {
-			e.Wake()
+			e.WakeAt(seq)
 		}
 	}})
 	if err != nil {
