@@ -66,9 +66,11 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./bench/... ./seqlock/... ./ring/...
 
 # bench-http: tollgated vs a bare fasthttp server (bench/baseline), in
-# alternating >= 3 rounds of identical closed-loop POST /v1/check load from
-# cmd/loadtest, servers and load generator pinned to separate CPUs; <= 5
-# minutes, loopback only. tollgated serves a demo account for it.
+# alternating >= 3 rounds of identical closed-loop load from cmd/loadtest
+# (POST /v1/check, GET /v1/admission, staged; SCENARIOS=... to choose),
+# servers and load generator pinned to separate CPUs: throughput, p99 and
+# the servers' CPU per request; <= 6 minutes, loopback only. tollgated
+# serves a demo account for it.
 BENCH_KEY ?= bench-demo-key
 bench-http:
 	BENCH_KEY=$(BENCH_KEY) BENCH_TOLLGATED_ARGS="--demo-key $(BENCH_KEY) $(BENCH_TOLLGATED_ARGS)" bash bench/http.sh

@@ -1,16 +1,27 @@
 #!/usr/bin/env bash
 # bench/http.sh — tollgated's HTTP data plane against a bare fasthttp server,
-# side by side, with the same load (ARCHITECTURE §9: one-shot check >= 85% of
-# the bare server's throughput).
+# side by side, with the same load.
 #
 # It builds cmd/loadtest, bench/baseline and cmd/tollgated, starts both
-# servers on loopback, and runs alternating rounds of identical closed-loop
-# `loadtest --scenario check` against each (the order flips every round, so
-# drift on this shared machine hits both alike). Servers and load generator
-# are pinned to separate CPUs with taskset when there are at least 2. It
-# prints every round, then min/median/max of the per-round ratios
-# tollgated/baseline of throughput and of p99. Bounded: the defaults take
-# about 2 minutes, and the script refuses settings that could pass 5.
+# servers on loopback, and runs rounds of identical closed-loop load: in each
+# round the baseline once and tollgated once per scenario of SCENARIOS (the
+# baseline goes first in odd rounds and last in even ones, so drift on this
+# shared machine hits both alike). Servers and load generator are pinned to
+# separate CPUs with taskset when there are at least 2.
+#
+# For every run it reports throughput, p99 and the server's CPU per request:
+# user + system time of the server process (/proc/PID/stat) over the
+# measured window, divided by the requests answered in it. (Softirq time the
+# kernel spends delivering loopback packets is charged to no process, for
+# either server.) For tollgated it also reports the ledger transactions per
+# second in the window, from its /metrics: lease operations plus the
+# exporter's settlements. Then min/median/max of the per-round ratios
+# tollgated/baseline of throughput, p99 and CPU per request; for "staged" the
+# CPU ratio is per operation (admit + commit + finish) against one baseline
+# request. Last, unless OPEN_LOOP=0, one open-loop run of each server at half
+# of tollgated's median closed-loop check throughput, for the p99 there.
+# Bounded: the defaults take about 4 minutes, and the script refuses
+# settings that could pass 6.
 #
 # ASSUMPTIONS about tollgated (the lead aligns these with cmd/tollgated):
 #   - it accepts --listen 127.0.0.1:PORT, --admin 127.0.0.1:PORT and
@@ -26,8 +37,16 @@
 #   built, not listening, 404, 401, ...), the script says so and measures the
 #   baseline alone.
 #
+#   - GET /v1/admission needs a platform token: the script issues one through
+#     the admin API (POST /v1/platform-tokens) with BENCH_ADMIN_TOKEN, or with
+#     a token it gives tollgated itself (TOLLGATED_ADMIN_TOKEN) when that is
+#     unset; the agent is the first account of BENCH_ACCOUNTS_FILE, or
+#     "demo" with BENCH_KEY (what --demo-key provisions). If it cannot be set
+#     up, admission is skipped with a message. /metrics uses the same token.
+#
 # Knobs (environment): ROUNDS=3 ROUND_SECS=10 WARMUP_SECS=2 CONNS=64
-# PIPELINE=1 TG_PORT=18080 TG_ADMIN_PORT=18091 BASE_PORT=18081
+# PIPELINE=1 SCENARIOS="check admission staged" OPEN_LOOP=1 TG_PORT=18080
+# TG_ADMIN_PORT=18091 BASE_PORT=18081
 # Everything stays on 127.0.0.1.
 set -euo pipefail
 
@@ -42,16 +61,30 @@ TG_PORT=${TG_PORT:-18080}
 TG_ADMIN_PORT=${TG_ADMIN_PORT:-18091}
 BASE_PORT=${BASE_PORT:-18081}
 BENCH_ACCOUNTS=${BENCH_ACCOUNTS:-100}
+SCENARIOS=${SCENARIOS:-check admission staged}
+OPEN_LOOP=${OPEN_LOOP:-1}
+read -r -a scenarios <<<"$SCENARIOS"
+for sc in "${scenarios[@]}"; do
+	case "$sc" in
+	check | admission | staged) ;;
+	*)
+		echo "http.sh: unknown scenario $sc (want check, admission or staged)" >&2
+		exit 2
+		;;
+	esac
+done
 
 if (( ROUNDS < 3 )); then
 	echo "http.sh: ROUNDS must be at least 3" >&2
 	exit 2
 fi
-# Each round is two runs of warm-up + duration plus about 3 s of overhead;
-# with ~40 s for building and start-up the total must stay under 5 minutes.
-budget=$(( ROUNDS * 2 * (ROUND_SECS + WARMUP_SECS + 3) + 40 ))
-if (( budget > 300 )); then
-	echo "http.sh: ROUNDS=$ROUNDS ROUND_SECS=$ROUND_SECS WARMUP_SECS=$WARMUP_SECS would take about ${budget}s; the limit is 300s" >&2
+# Each round is 1 + len(SCENARIOS) runs of warm-up + duration plus about 3 s
+# of overhead, the open loop two more runs; with ~40 s for building and
+# start-up the total must stay under 6 minutes.
+runs=$(( ROUNDS * (1 + ${#scenarios[@]}) + (OPEN_LOOP ? 2 : 0) ))
+budget=$(( runs * (ROUND_SECS + WARMUP_SECS + 3) + 40 ))
+if (( budget > 360 )); then
+	echo "http.sh: ROUNDS=$ROUNDS ROUND_SECS=$ROUND_SECS WARMUP_SECS=$WARMUP_SECS SCENARIOS=\"$SCENARIOS\" would take about ${budget}s; the limit is 360s" >&2
 	exit 2
 fi
 
@@ -142,9 +175,18 @@ if [[ $(wait_200 "$base_url" x 5) != 200 ]]; then
 	exit 1
 fi
 
+# The admin token: the caller's, or one this run gives tollgated (through
+# its environment, so it does not show in ps).
+admin_token=${BENCH_ADMIN_TOKEN:-}
+tg_env=()
+if [[ -z "$admin_token" ]]; then
+	admin_token="bench-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
+	tg_env=(env "TOLLGATED_ADMIN_TOKEN=$admin_token")
+fi
+
 if (( have_tollgated )); then
 	# shellcheck disable=SC2086 # BENCH_TOLLGATED_ARGS is a list of flags
-	"${server_pin[@]}" "$work/tollgated" --listen "127.0.0.1:$TG_PORT" \
+	"${tg_env[@]}" "${server_pin[@]}" "$work/tollgated" --listen "127.0.0.1:$TG_PORT" \
 		--admin "127.0.0.1:$TG_ADMIN_PORT" --data-dir "$work/tollgated-data" \
 		${BENCH_TOLLGATED_ARGS:-} >"$work/tollgated.log" 2>&1 &
 	pids+=($!)
@@ -179,10 +221,55 @@ else
 	log "BASELINE ONLY: tollgated could not be measured (see above)"
 fi
 
+
+# --- admission set-up --------------------------------------------------------
+# metrics_ledger_txns prints tollgated's ledger transactions so far: lease
+# operations (all but failed calls) plus settlements; "" if /metrics fails.
+metrics_ledger_txns() {
+	curl -s -m 2 -H "Authorization: Bearer $admin_token" "http://127.0.0.1:$TG_ADMIN_PORT/metrics" |
+		awk '/^tollgated_lease_operations_total\{/ && !/"error"/ { s += $2; n++ }
+			/^tollgated_ledger_settlements_total / { s += $2; n++ }
+			END { if (n) printf "%d", s }'
+}
+
+admission_args=()
+if (( have_tollgated )); then
+	for sc in "${scenarios[@]}"; do
+		[[ "$sc" == admission ]] || continue
+		agents_file=""
+		if [[ -n "${BENCH_ACCOUNTS_FILE:-}" ]]; then
+			agents_file=$BENCH_ACCOUNTS_FILE
+		elif [[ -f "$work/accounts.txt" ]]; then
+			agents_file="$work/accounts.txt"
+		elif [[ -n "${BENCH_KEY:-}" ]]; then
+			agents_file="$work/agents.txt"
+			echo "demo $BENCH_KEY" >"$agents_file"
+		fi
+		ptoken=$(curl -s -m 2 -X POST -H "Authorization: Bearer $admin_token" --data '{}' \
+			"http://127.0.0.1:$TG_ADMIN_PORT/v1/platform-tokens" | sed -n 's/.*"token":"\([^"]*\)".*/\1/p')
+		agent=$(awk '!/^#/ && NF == 2 { print $1; exit }' "${agents_file:-/dev/null}")
+		status=000
+		if [[ -n "$ptoken" && -n "$agent" ]]; then
+			status=$(curl -s -o /dev/null -m 1 -w '%{http_code}' -H "Authorization: Bearer $ptoken" \
+				"$tg_url/v1/admission?agent_id=$agent" || true)
+		fi
+		if [[ "$status" == 200 ]]; then
+			admission_args=(--accounts-file "$agents_file" --platform-token "$ptoken")
+		else
+			log "GET /v1/admission cannot be measured (platform token ${ptoken:+issued}${ptoken:-not issued}, agent '${agent}', HTTP $status): skipped"
+			keep=()
+			for s2 in "${scenarios[@]}"; do [[ "$s2" == admission ]] || keep+=("$s2"); done
+			scenarios=("${keep[@]}")
+		fi
+	done
+	if [[ -z "$(metrics_ledger_txns)" ]]; then
+		log "tollgated's /metrics does not answer with the admin token: no ledger transaction rate"
+	fi
+fi
+
 # --- rounds ------------------------------------------------------------------
-load_args=(-c "$CONNS" -p "$PIPELINE" -d "${ROUND_SECS}s" --warmup "${WARMUP_SECS}s"
-	--scenario check --json -q "${account_args[@]}")
 limit=$(( ROUND_SECS + WARMUP_SECS + 15 ))
+clk_tck=$(getconf CLK_TCK)
 
 # json_num FILE KEY prints the first numeric value of "KEY": in FILE. The
 # loadtest JSON is one compact line whose "latency_us" object comes before
@@ -191,63 +278,101 @@ json_num() {
 	grep -o "\"$2\":[-0-9.e+]*" "$1" | head -n 1 | cut -d: -f2
 }
 
-# measure NAME URL ROUND runs one round and prints "rps p99_us", or "FAILED".
+# cpu_ticks PID prints the user + system time of PID in clock ticks.
+cpu_ticks() {
+	awk '{ print $14 + $15 }' "/proc/$1/stat"
+}
+
+# measure NAME URL PID TAG ARGS... runs one loadtest against the server PID
+# and prints "rps p99_us cpu_us_per_request cpu_us_per_op ledger_txn_per_s
+# busy_percent" (busy: the server's CPU time over the window's length; near
+# 100 the server, not the load generator, is the limit), or "FAILED". The server's CPU and tollgated's ledger counters are read when
+# the warm-up ends and when the measured window does.
 measure() {
-	local out="$work/$1-$3.json"
-	if timeout "$limit" "${load_pin[@]}" "$work/loadtest" --url "$2" "${load_args[@]}" >"$out" 2>"$work/$1-$3.err"; then
-		echo "$(json_num "$out" throughput_rps) $(json_num "$out" p99)"
+	local name=$1 url=$2 pid=$3 tag=$4
+	shift 4
+	local out="$work/$name-$tag.json" c0 c1 l0="" l1=""
+	"${load_pin[@]}" timeout "$limit" "$work/loadtest" --url "$url" -c "$CONNS" -p "$PIPELINE" \
+		-d "${ROUND_SECS}s" --warmup "${WARMUP_SECS}s" --json -q "$@" >"$out" 2>"$work/$name-$tag.err" &
+	local lt=$!
+	sleep "$WARMUP_SECS"
+	c0=$(cpu_ticks "$pid")
+	[[ "$name" == baseline ]] || l0=$(metrics_ledger_txns)
+	sleep "$ROUND_SECS"
+	c1=$(cpu_ticks "$pid")
+	[[ "$name" == baseline ]] || l1=$(metrics_ledger_txns)
+	if wait "$lt"; then
+		awk -v rps="$(json_num "$out" throughput_rps)" -v p99="$(json_num "$out" p99)" \
+			-v req="$(json_num "$out" requests)" -v ops="$(json_num "$out" ops)" \
+			-v c="$(( c1 - c0 ))" -v hz="$clk_tck" -v l0="$l0" -v l1="$l1" -v s="$ROUND_SECS" 'BEGIN {
+				cpu = c / hz * 1e6
+				l = (l0 == "" || l1 == "") ? -1 : (l1 - l0) / s
+				printf "%s %s %.2f %.2f %.1f %.0f\n", rps, p99, cpu / req, cpu / (ops > 0 ? ops : req), l, cpu / s / 1e4 }'
 	else
-		log "round $3 against $1 failed:"
-		sed 's/^/    /' "$work/$1-$3.err" >&2
+		log "$tag against $name failed:"
+		sed 's/^/    /' "$work/$name-$tag.err" >&2
 		echo FAILED
 	fi
 }
 
-fmt_round() { # NAME "rps p99"
-	if [[ "$2" == FAILED ]]; then
-		printf '%-9s %13s' "$1" FAILED
+scenario_args() { # SCENARIO
+	case "$1" in
+	admission) echo "--scenario admission ${admission_args[*]}" ;;
+	*) echo "--scenario $1 ${account_args[*]}" ;;
+	esac
+}
+
+baseline_pid=${pids[0]}
+tollgated_pid=${pids[1]:-}
+declare -A r_rps r_p99 r_cpu r_cpuop r_led r_busy
+
+round_of() { # ROUND NAME: measure and store
+	local res
+	if [[ "$2" == baseline ]]; then
+		res=$(measure baseline "$base_url" "$baseline_pid" "r$1")
 	else
-		awk -v n="$1" -v r="${2% *}" -v p="${2#* }" 'BEGIN { printf "%-9s %9.0f req/s  p99 %8.1f µs", n, r, p }'
+		# shellcheck disable=SC2046 # the arguments are words
+		res=$(measure tollgated "$tg_url" "$tollgated_pid" "$2-r$1" $(scenario_args "$2"))
 	fi
+	if [[ "$res" == FAILED ]]; then
+		failed=1
+		return
+	fi
+	read -r r_rps[$2,$1] r_p99[$2,$1] r_cpu[$2,$1] r_cpuop[$2,$1] r_led[$2,$1] r_busy[$2,$1] <<<"$res"
 }
 
 echo
-echo "HTTP benchmark: closed loop, $CONNS connections, pipeline $PIPELINE, ${ROUND_SECS}s rounds after ${WARMUP_SECS}s warm-up, POST /v1/check"
+echo "HTTP benchmark: closed loop, $CONNS connections, pipeline $PIPELINE, ${ROUND_SECS}s rounds after ${WARMUP_SECS}s warm-up"
+echo "CPU = user + system time of the server process over the measured window, per request (per operation for staged)"
 failed=0
-ratios_rps=()
-ratios_p99=()
-base_rps=()
-base_p99=()
+names=(baseline)
+(( have_tollgated )) && names+=("${scenarios[@]}")
 for (( r = 1; r <= ROUNDS; r++ )); do
-	tg=SKIPPED
-	if (( have_tollgated )) && (( r % 2 == 1 )); then
-		tg=$(measure tollgated "$tg_url" "$r")
+	order=("${names[@]}")
+	if (( r % 2 == 0 )); then # the baseline last
+		order=("${names[@]:1}" baseline)
 	fi
-	base=$(measure baseline "$base_url" "$r")
-	if (( have_tollgated )) && (( r % 2 == 0 )); then
-		tg=$(measure tollgated "$tg_url" "$r")
-	fi
-
-	line="round $r  $(fmt_round baseline "$base")"
-	if [[ "$base" == FAILED ]]; then
-		failed=1
-	else
-		base_rps+=("${base% *}")
-		base_p99+=("${base#* }")
-	fi
-	if (( have_tollgated )); then
-		line+="  |  $(fmt_round tollgated "$tg")"
-		if [[ "$tg" == FAILED ]]; then
-			failed=1
-		elif [[ "$base" != FAILED ]]; then
-			rr=$(awk -v a="${tg% *}" -v b="${base% *}" 'BEGIN { printf "%.3f", a / b }')
-			rp=$(awk -v a="${tg#* }" -v b="${base#* }" 'BEGIN { printf "%.3f", a / b }')
-			ratios_rps+=("$rr")
-			ratios_p99+=("$rp")
-			line+="  |  ratio: throughput $rr, p99 $rp"
+	for n in "${order[@]}"; do
+		round_of "$r" "$n"
+	done
+	echo "round $r"
+	for n in "${names[@]}"; do
+		if [[ -z "${r_rps[$n,$r]:-}" ]]; then
+			printf '  %-10s FAILED\n' "$n"
+			continue
 		fi
-	fi
-	echo "$line"
+		awk -v n="$n" -v rps="${r_rps[$n,$r]}" -v p99="${r_p99[$n,$r]}" -v cpu="${r_cpu[$n,$r]}" \
+			-v cpuop="${r_cpuop[$n,$r]}" -v led="${r_led[$n,$r]}" -v busy="${r_busy[$n,$r]}" \
+			-v brps="${r_rps[baseline,$r]:-}" -v bp99="${r_p99[baseline,$r]:-}" -v bcpu="${r_cpu[baseline,$r]:-}" 'BEGIN {
+			line = sprintf("  %-10s %8.0f req/s  p99 %8.1f µs  CPU %6.2f µs/req (busy %3d%%)", n, rps, p99, cpu, busy)
+			if (n == "staged") line = line sprintf(" (%.2f µs/op)", cpuop)
+			if (n != "baseline" && led >= 0) line = line sprintf("  ledger %.1f txn/s", led)
+			if (n != "baseline" && brps != "") {
+				c = (n == "staged") ? cpuop : cpu
+				line = line sprintf("  |  ratio: throughput %.3f, p99 %.3f, CPU %.3f", rps / brps, p99 / bp99, c / bcpu)
+			}
+			print line }'
+	done
 done
 
 # stats FORMAT V... prints min/median/max of the values.
@@ -260,13 +385,86 @@ stats() {
 		printf "min " f "  median " f "  max " f, v[1], m, v[NR] }'
 }
 
+# series NAME FIELD [RATIO]: the per-round values of a field, or of its ratio
+# to the baseline's in the same round.
+series() {
+	local r v b
+	for (( r = 1; r <= ROUNDS; r++ )); do
+		case "$2" in
+		rps) v=${r_rps[$1,$r]:-} b=${r_rps[baseline,$r]:-} ;;
+		p99) v=${r_p99[$1,$r]:-} b=${r_p99[baseline,$r]:-} ;;
+		cpu) v=${r_cpu[$1,$r]:-} b=${r_cpu[baseline,$r]:-} ;;
+		cpuop) v=${r_cpuop[$1,$r]:-} b=${r_cpu[baseline,$r]:-} ;;
+		led) v=${r_led[$1,$r]:-} b=1 ;;
+		busy) v=${r_busy[$1,$r]:-} b=1 ;;
+		esac
+		[[ -n "$v" && -n "$b" ]] || continue
+		if [[ -n "${3:-}" ]]; then
+			awk -v a="$v" -v b="$b" 'BEGIN { printf "%.3f\n", a / b }'
+		else
+			echo "$v"
+		fi
+	done
+}
+
 echo
-echo "baseline throughput (req/s):   $(stats %.0f "${base_rps[@]}")"
-echo "baseline p99 (µs):             $(stats %.1f "${base_p99[@]}")"
+echo "baseline throughput (req/s):  $(stats %.0f $(series baseline rps))"
+echo "baseline p99 (µs):            $(stats %.1f $(series baseline p99))"
+echo "baseline CPU (µs/req):        $(stats %.2f $(series baseline cpu))"
+echo "baseline busy (% of a CPU):    $(stats %.0f $(series baseline busy))"
 if (( have_tollgated )); then
-	echo "tollgated/baseline throughput: $(stats %.3f "${ratios_rps[@]}")   (target >= 0.85)"
-	echo "tollgated/baseline p99:        $(stats %.3f "${ratios_p99[@]}")   (lower is better)"
+	for n in "${scenarios[@]}"; do
+		cpu_field=cpu target_cpu="" target_rps=""
+		case "$n" in
+		check) target_cpu="(target <= 1.30)" target_rps="(target >= 0.80)" ;;
+		admission) target_cpu="(target <= 1.15)" ;;
+		staged) cpu_field=cpuop target_cpu="(per operation; target <= 3.50)" ;;
+		esac
+		echo "$n:"
+		echo "  tollgated/baseline throughput: $(stats %.3f $(series "$n" rps ratio))   $target_rps"
+		echo "  tollgated/baseline p99:        $(stats %.3f $(series "$n" p99 ratio))"
+		echo "  tollgated/baseline CPU:        $(stats %.3f $(series "$n" "$cpu_field" ratio))   $target_cpu"
+		echo "  tollgated CPU (µs/req):        $(stats %.2f $(series "$n" cpu))"
+		echo "  ledger transactions/s:        $(stats %.1f $(series "$n" led))"
+	done
 else
 	echo "tollgated: NOT MEASURED (baseline only)"
+fi
+
+# --- open loop ---------------------------------------------------------------
+# Half of tollgated's median closed-loop check throughput (of the baseline's
+# when there is no tollgated), offered to both servers on a fixed schedule;
+# latency counts from each request's due time.
+if (( OPEN_LOOP )); then
+	peak_of=baseline
+	if (( have_tollgated )) && [[ " ${scenarios[*]} " == *" check "* ]]; then
+		peak_of=check
+	fi
+	peak=$(stats %.0f $(series "$peak_of" rps) | awk '{ print $4 }')
+	if [[ -n "$peak" && "$peak" != "n/a" ]]; then
+		rate=$(( peak / 2 ))
+		echo
+		echo "open loop at ${rate} req/s (half of the median closed-loop $peak_of throughput, $peak req/s), POST /v1/check, ${ROUND_SECS}s:"
+		open_names=(baseline)
+		[[ "$peak_of" == check ]] && open_names+=(check)
+		for n in "${open_names[@]}"; do
+			if [[ "$n" == baseline ]]; then
+				res=$(measure baseline "$base_url" "$baseline_pid" open --rate "$rate")
+			else
+				# shellcheck disable=SC2046
+				res=$(measure tollgated "$tg_url" "$tollgated_pid" open --rate "$rate" $(scenario_args check))
+			fi
+			if [[ "$res" == FAILED ]]; then
+				failed=1
+				continue
+			fi
+			read -r rps p99 cpu _ _ _ <<<"$res"
+			f="$work/$( [[ $n == baseline ]] && echo baseline || echo tollgated )-open.json"
+			awk -v n="$n" -v rps="$rps" -v p50="$(json_num "$f" p50)" -v p99="$p99" -v cpu="$cpu" \
+				-v missed="$(json_num "$f" missed)" 'BEGIN {
+				printf "  %-10s %8.0f req/s  p50 %8.1f µs  p99 %8.1f µs  CPU %6.2f µs/req  missed sends %d%s\n",
+					n, rps, p50, p99, cpu, missed, (n == "check" ? "   (target p99 <= 1000 µs)" : "") }'
+		done
+	fi
 fi
 exit "$failed"

@@ -137,6 +137,45 @@ func TestExporterWaitsForEventsThePlaneClaimed(t *testing.T) {
 	}
 }
 
+// growingSpool makes a record durable during every read, as a busy node
+// does while the exporter settles.
+type growingSpool struct {
+	*memSpool
+	grow func()
+}
+
+func (s growingSpool) Read(after uint64, limit int, fn func(uint64, []byte) error) (uint64, error) {
+	s.grow()
+	return s.memSpool.Read(after, limit, fn)
+}
+
+// TestExportPassStopsAtTheDurableMarkItFound: one pass bills what was
+// durable when it began. Chasing a mark that moves during each settlement
+// turned the exporter's interval into back-to-back ledger transactions,
+// each with its syncs, under steady load. (Without the bound the first
+// pass also bills what arrives while it runs, in more settlements.)
+func TestExportPassStopsAtTheDurableMarkItFound(t *testing.T) {
+	sp, store, l := exporterFixture(t)
+	for i := range 4 {
+		spoolUsage(sp, leaseEvent(l, byte(i+1), 1))
+	}
+	id := byte(10)
+	grow := growingSpool{memSpool: sp, grow: func() { id++; spoolUsage(sp, leaseEvent(l, id, 1)) }}
+	e := NewExporter(grow, store, "n1", 2)
+	if err := e.Export(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.Stats(); st.Events != 4 || st.Settlements != 2 {
+		t.Fatalf("one pass billed %d events in %d settlements, want the 4 durable at its start in 2", st.Events, st.Settlements)
+	}
+	if err := e.Export(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.Stats(); st.Events <= 4 {
+		t.Fatalf("the next pass billed nothing more (%d events)", st.Events)
+	}
+}
+
 // TestExportRefusesASpoolBehindItsMark: a spool that ends before what the
 // ledger says this node billed (replaced, or cut at its end) would number
 // new records as already billed; the export refuses instead of skipping

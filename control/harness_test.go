@@ -28,7 +28,7 @@ var secret = bytes.Repeat([]byte{5}, 32)
 // by a test goroutine that polls it, and requests are served on it under
 // its lock.
 type node struct {
-	t        *testing.T
+	t        testing.TB
 	plane    *Plane
 	shards   []*shard.Shard
 	mu       []sync.Mutex // serialises a test's use of a shard with its driver

@@ -141,3 +141,28 @@ func TestMixSendsEveryScenario(t *testing.T) {
 		t.Errorf("decisions %v for %d admission requests", res.Decisions, res.ByKind["admission"].Requests)
 	}
 }
+
+// The goroutine engine stays a supported choice (and the only one off
+// Linux): it must count what the server answered as the epoll engine does.
+func TestClosedLoopGoroutineEngineCountsMatchServer(t *testing.T) {
+	f := newFakeServer(t)
+	f.statusFor = func(n int64) (int, string) {
+		if n%5 == 2 {
+			return 429, "rate_limited"
+		}
+		return 200, ""
+	}
+	f.serve()
+	res := mustRun(t, context.Background(), Options{
+		URL:          f.url,
+		Connections:  4,
+		Pipeline:     2,
+		Duration:     400 * time.Millisecond,
+		Engine:       EngineGoroutines,
+		MaxErrorRate: -1,
+	})
+	status, _, paths := f.snapshot()
+	if res.Requests == 0 || res.Requests != paths["/v1/check"] || !maps.Equal(res.ByStatus, status) {
+		t.Fatalf("tool counted %d requests %v, server answered %d %v", res.Requests, res.ByStatus, paths["/v1/check"], status)
+	}
+}

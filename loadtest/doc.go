@@ -2,7 +2,8 @@
 // against the bare fasthttp baseline in bench/baseline) and measures it.
 //
 // The generator speaks HTTP/1.1 over raw keep-alive TCP connections: it
-// writes requests itself, parses responses with fasthttp, and can pipeline
+// writes requests itself, parses responses (with fasthttp, or in the epoll
+// engine with a minimal parser of its own), and can pipeline
 // several requests per connection. It runs in one of two modes:
 //
 //   - closed loop: every connection keeps its pipeline full and sends the next
@@ -13,6 +14,12 @@
 //     from when it was actually written. A server that stalls therefore
 //     shows the stall in the latency of every request that should have been
 //     sent during it, which is the correction for coordinated omission.
+//
+// Closed-loop runs on Linux are driven by the epoll engine (EngineEpoll):
+// one locked thread per CPU runs every connection with epoll and raw
+// system calls, so a single CPU of load generation can keep a bare server
+// on another CPU busy. EngineGoroutines (a goroutine per connection over
+// net.Conn) remains, and open-loop runs use it.
 //
 // Latencies go into HdrHistograms with nanosecond resolution and three
 // significant digits. Results count responses by HTTP status and by the

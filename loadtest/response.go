@@ -21,10 +21,14 @@ type recvState struct {
 // advances o. It reports whether o has another request to send; if not,
 // the operation is over (finished or refused).
 func (r *recvState) handle(o *op, latency int64, measured bool) (more bool) {
+	return r.handleAnswer(o, r.resp.StatusCode(), r.resp.Body(), latency, measured)
+}
+
+// handleAnswer is handle for a response already taken apart: its status
+// and its body.
+func (r *recvState) handleAnswer(o *op, status int, body []byte, latency int64, measured bool) (more bool) {
 	k := o.next
-	status := r.resp.StatusCode()
 	r.rec.response(k, status, latency, measured)
-	body := r.resp.Body()
 
 	if status < 200 || status > 299 {
 		if measured {

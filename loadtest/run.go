@@ -24,6 +24,7 @@ type Options struct {
 	Pipeline    int           // requests in flight per connection; default 1
 	Rate        float64       // requests/s over all connections; 0 = closed loop
 	Timeout     time.Duration // response timeout and drain time; default 2s
+	Engine      Engine        // how connections are driven; default EngineEpoll where it exists
 
 	Scenario Scenario // default check
 	Mix      Mix      // for ScenarioMix; default DefaultMix
@@ -61,6 +62,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.Timeout == 0 {
 		o.Timeout = 2 * time.Second
+	}
+	if o.Engine == "" {
+		o.Engine = defaultEngine
 	}
 	if o.Scenario == "" {
 		o.Scenario = ScenarioCheck
@@ -103,6 +107,8 @@ func (o *Options) check() error {
 		return fmt.Errorf("timeout must be positive")
 	case o.UsageBatch < 1 || o.UsageBatch > 10000:
 		return fmt.Errorf("usage batch must be in [1, 10000], got %d", o.UsageBatch)
+	case o.Engine != EngineGoroutines && (o.Engine != EngineEpoll || !haveEpoll):
+		return fmt.Errorf("engine must be %q or, on Linux, %q; got %q", EngineGoroutines, EngineEpoll, o.Engine)
 	}
 	if err := CheckScenario(o.Scenario); err != nil {
 		return err
@@ -218,16 +224,25 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 
 	var wg sync.WaitGroup
 	r.start = time.Now()
-	for _, c := range r.conns {
+	switch {
+	case o.Rate == 0 && o.Engine == EngineEpoll:
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if o.Rate > 0 {
-				c.runOpen()
-			} else {
-				c.runClosed()
-			}
+			r.runClosedEpoll(runtime.GOMAXPROCS(0))
 		}()
+	default:
+		for _, c := range r.conns {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if o.Rate > 0 {
+					c.runOpen()
+				} else {
+					c.runClosed()
+				}
+			}()
+		}
 	}
 	if o.Rate > 0 {
 		wg.Add(1)

@@ -86,6 +86,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.Float64Var(&o.Rate, "rate", 0, "open loop: total requests per second, latency measured from each request's due time; 0 = closed loop")
 	fs.DurationVar(&o.Timeout, "timeout", 2*time.Second, "response timeout; also how long in-flight requests may finish after the end")
 
+	engine := fs.String("engine", "", "closed loop: epoll (one thread per CPU drives every connection; Linux, the default there) or goroutines (one per connection)")
 	scenario := fs.String("scenario", "check", "check | staged | admission | usage | mix")
 	fs.StringVar(&c.mix, "mix", "", "weights for --scenario mix, e.g. check=70,staged=20,admission=5,usage=5")
 	fs.IntVar(&c.accounts, "accounts", 0, "number of accounts (default: all in --accounts-file, 100 with --admin, else 1)")
@@ -138,6 +139,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	case o.UsageBatch < 1 || o.UsageUnits < 1:
 		return nil, fmt.Errorf("--usage-batch and --usage-units must be at least 1")
 	}
+	o.Engine = loadtest.Engine(*engine)
 	o.Scenario = loadtest.Scenario(*scenario)
 	if err := loadtest.CheckScenario(o.Scenario); err != nil {
 		return nil, err

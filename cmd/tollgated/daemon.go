@@ -39,6 +39,7 @@ type daemon struct {
 	log      zerolog.Logger
 	store    ledger.Store
 	spool    *spool.Spool
+	noted    *notedSpool // the spool as the plane and the exporter read it
 	node     *node.Node
 	exporter *control.Exporter
 	prov     *control.Provisioner
@@ -117,7 +118,7 @@ func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err 
 			IdleTimeout: cfg.loop.idle, HeaderTimeout: cfg.loop.header, BodyTimeout: cfg.loop.body,
 		},
 		Plane: control.Config{
-			Store: d.store, Spool: d.spool, Appended: d.spool.Stats().Appended,
+			Store: d.store, Spool: d.noted, Appended: d.spool.Stats().Appended,
 			IsFull: func(err error) bool { return errors.Is(err, spool.ErrFull) },
 			Holder: nodeID, Lease: control.LeaseConfig{TTL: cfg.leaseTTL}, Claims: d.claims,
 			FundingChanged: func(ids []core.AccountID) {
@@ -203,7 +204,9 @@ func pickCPUs(cfg config, log zerolog.Logger) ([]int, error) {
 func (d *daemon) openSpool(cfg config, nodeID string) error {
 	// Durable usage wakes the plane (answers wait on it), not the exporter:
 	// the exporter runs on its interval, in big batches.
+	noted := &notedSpool{}
 	s, err := spool.Open(filepath.Join(cfg.dataDir, spoolDir), spool.Options{FlushInterval: groupCommit(cfg.groupCommit), OnDurable: func(seq uint64) {
+		noted.note(seq)
 		if p := d.plane.Load(); p != nil {
 			p.Kick()
 		}
@@ -214,7 +217,8 @@ func (d *daemon) openSpool(cfg config, nodeID string) error {
 	if err != nil {
 		return spoolHint(err, cfg.dataDir)
 	}
-	d.spool = s
+	noted.Spool = s
+	d.spool, d.noted = s, noted
 	d.reportSpoolRecovery()
 	replayed := 0
 	if err := s.Replay(func(uint64, []byte) error { replayed++; return nil }); err != nil {
@@ -223,7 +227,7 @@ func (d *daemon) openSpool(cfg config, nodeID string) error {
 	if replayed > 0 {
 		d.log.Info().Int("events", replayed).Msg("usage spool replayed; billing it")
 	}
-	d.exporter = control.NewExporter(s, d.store, nodeID, exportBatch)
+	d.exporter = control.NewExporter(noted, d.store, nodeID, exportBatch)
 	d.exported.Store(d.exporter)
 	d.claims = control.NewPostPaidClaims()
 	d.exporter.Claims = d.claims
@@ -383,3 +387,27 @@ func groupCommit(d time.Duration) time.Duration {
 type planeHoldings struct{ p *control.Plane }
 
 func (h planeHoldings) LeaseHoldings(id core.AccountID) core.CostUnits { return h.p.Holding(id) }
+
+// notedSpool is the spool as the plane and the exporter read it: its
+// durable mark, or the one OnDurable last reported if that is higher. The
+// spool calls OnDurable before it publishes the mark, and the callback
+// wakes both readers: one that ran at once read the old mark and went back
+// to sleep, leaving the batch unacknowledged until the plane's next beat
+// and, for the exporter when nothing more arrived, unbilled. A noted mark
+// is durable: OnDurable reports only batches on disk.
+type notedSpool struct {
+	*spool.Spool
+	mark atomic.Uint64
+}
+
+func (s *notedSpool) note(seq uint64) {
+	for {
+		m := s.mark.Load()
+		if seq <= m || s.mark.CompareAndSwap(m, seq) {
+			return
+		}
+	}
+}
+
+// Durable is the highest sequence known to be on disk.
+func (s *notedSpool) Durable() uint64 { return max(s.Spool.Durable(), s.mark.Load()) }

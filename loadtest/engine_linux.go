@@ -1,0 +1,8 @@
+//go:build linux
+
+package loadtest
+
+const (
+	haveEpoll     = true
+	defaultEngine = EngineEpoll
+)
