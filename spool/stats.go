@@ -26,6 +26,13 @@ type Stats struct {
 	Syncs        uint64 // fdatasync calls by the flusher (a roll adds one)
 	Rolls        uint64 // segments created by the flusher
 	Deleted      uint64 // segments deleted by Release
+	// The archive (Options.ArchiveDir): segments Release moved there,
+	// segments its bounds deleted, what it holds now, and the oldest
+	// record Follow can read.
+	Archived, Pruned uint64
+	ArchiveSegments  int
+	ArchiveBytes     int64
+	Oldest           uint64
 	Full         uint64 // Appends refused with ErrFull
 	Truncated    int64  // bytes cut from a torn tail when the spool was opened
 	// DroppedRecords counts the records those bytes held, whole or in
@@ -55,6 +62,8 @@ type counters struct {
 	syncs        atomic.Uint64
 	rolls        atomic.Uint64
 	deleted      atomic.Uint64
+	archived     atomic.Uint64
+	pruned       atomic.Uint64
 	full         atomic.Uint64
 	truncated    atomic.Int64
 	syncNanos    atomic.Int64
@@ -92,7 +101,12 @@ func (s *Spool) Stats() Stats {
 	s.mu.Unlock()
 	s.segMu.Lock()
 	st.Segments = len(s.segs)
+	st.ArchiveSegments = len(s.arc)
+	st.ArchiveBytes = s.archiveBytesLocked()
+	st.Oldest = s.oldestLocked()
 	s.segMu.Unlock()
+	st.Archived = s.stats.archived.Load()
+	st.Pruned = s.stats.pruned.Load()
 
 	c := &s.stats
 	st.Flushes = c.flushes.Load()
