@@ -299,7 +299,7 @@ type eventArchive struct {
 }
 
 func (e *eventArchive) register(fs *flag.FlagSet) {
-	fs.Int64Var(&e.maxBytes, "event-archive-bytes", 1<<30, "bytes of billed events kept for GET /v1/events after they are billed (whole spool segments; about 60 bytes per event); the oldest segments go first")
+	fs.Int64Var(&e.maxBytes, "event-archive-bytes", 1<<30, "bytes of billed events kept for GET /v1/events after they are billed (whole spool segments; a data-plane event takes about 100 bytes plus its account id, docs/OPERATIONS.md); the oldest segments go first")
 	fs.DurationVar(&e.maxAge, "event-archive-age", 7*24*time.Hour, "how long billed events are kept for GET /v1/events after their segment's last write; a consumer that falls further behind gets 410 cursor-expired")
 	fs.Int64Var(&e.segmentBytes, "spool-segment-bytes", spool.DefaultSegmentBytes, "size at which the usage spool starts a new segment file: the unit billed events are released, archived and dropped in")
 }
