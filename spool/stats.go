@@ -33,8 +33,8 @@ type Stats struct {
 	ArchiveSegments  int
 	ArchiveBytes     int64
 	Oldest           uint64
-	Full         uint64 // Appends refused with ErrFull
-	Truncated    int64  // bytes cut from a torn tail when the spool was opened
+	Full             uint64 // Appends refused with ErrFull
+	Truncated        int64  // bytes cut from a torn tail when the spool was opened
 	// DroppedRecords counts the records those bytes held, whole or in
 	// part, as far as their headers tell (Dropped has the details).
 	DroppedRecords uint64
