@@ -26,15 +26,8 @@ type Stats struct {
 	Syncs        uint64 // fdatasync calls by the flusher (a roll adds one)
 	Rolls        uint64 // segments created by the flusher
 	Deleted      uint64 // segments deleted by Release
-	// The archive (Options.ArchiveDir): segments Release moved there,
-	// segments its bounds deleted, what it holds now, and the oldest
-	// record Follow can read.
-	Archived, Pruned uint64
-	ArchiveSegments  int
-	ArchiveBytes     int64
-	Oldest           uint64
-	Full             uint64 // Appends refused with ErrFull
-	Truncated        int64  // bytes cut from a torn tail when the spool was opened
+	Full         uint64 // Appends refused with ErrFull
+	Truncated    int64  // bytes cut from a torn tail when the spool was opened
 	// DroppedRecords counts the records those bytes held, whole or in
 	// part, as far as their headers tell (Dropped has the details).
 	DroppedRecords uint64
@@ -44,6 +37,14 @@ type Stats struct {
 	// SyncHist[i] counts fdatasyncs that took less than 2^i µs (and at least
 	// 2^(i-1) µs); the last bucket also holds everything longer.
 	SyncHist [SyncBuckets]uint64
+
+	// The archive (Options.ArchiveDir): segments Release moved there,
+	// segments its bounds deleted, what it holds now, and the oldest
+	// record Follow can read.
+	Archived, Pruned uint64
+	ArchiveSegments  int
+	ArchiveBytes     int64
+	Oldest           uint64
 }
 
 // MeanSync is the mean fdatasync time, 0 if there was none.
