@@ -281,3 +281,43 @@ func TestFollowWhileReleasing(t *testing.T) {
 		wantRun(t, seen, 1, total)
 	}
 }
+
+// TestFollowRemembersWhereAPageEnded: a Follow that ends because fn
+// refused a record remembers that record's position, so the next Follow,
+// which starts with it, does not rescan its segment from the start.
+func TestFollowRemembersWhereAPageEnded(t *testing.T) {
+	dir, opts := archiveOpts(t, 1<<30, time.Hour)
+	opts.SegmentBytes = 1 << 20
+	s := openT(t, dir, opts)
+	appendN(t, s, 500)
+	if err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	stop := errors.New("page full")
+	n := 0
+	last, err := s.Follow(0, 1000, func(uint64, []byte) error {
+		if n == 300 {
+			return stop
+		}
+		n++
+		return nil
+	})
+	if !errors.Is(err, stop) || last != 300 {
+		t.Fatalf("Follow = %d, %v", last, err)
+	}
+	h, ok := s.hints.near(1, 301)
+	if !ok || h.seq != 301 {
+		t.Fatalf("hint for 301: %+v %v", h, ok)
+	}
+	// The position is right: reading from it gives record 301.
+	var f follower
+	f.s = s
+	defer f.done()
+	p, err := f.payload(301)
+	if err != nil || checkPayload(301, p) != nil {
+		t.Fatalf("record 301 from the hint: %v", err)
+	}
+	if f.recOff != h.off {
+		t.Fatalf("record 301 at %d, hint says %d", f.recOff, h.off)
+	}
+}

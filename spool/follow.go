@@ -53,7 +53,8 @@ func (s *Spool) Follow(after uint64, limit int, fn func(seq uint64, payload []by
 			return last, err
 		}
 		if err := fn(seq, payload); err != nil {
-			f.remember()
+			// seq was not accepted: the next Follow starts with it.
+			f.s.hints.put(hint{first: f.first, seq: seq, off: f.recOff})
 			return last, err
 		}
 		last = seq
@@ -71,6 +72,8 @@ type follower struct {
 	limit uint64 // first seq after it; MaxUint64 for the spool's last segment
 	off   int64  // offset of record next
 	next  uint64
+	// recOff is where the record payload last returned starts.
+	recOff int64
 }
 
 // payload returns the payload of durable record seq, which is next or the
@@ -95,6 +98,7 @@ func (f *follower) payload(seq uint64) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("spool: follow %s offset %d: %w: %w", f.f.Name(), f.off, err, ErrCorrupt)
 	}
+	f.recOff = f.off
 	f.off += int64(len(rec))
 	f.next++
 	return rec[HeaderSize:], nil
