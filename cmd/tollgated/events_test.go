@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -285,6 +286,18 @@ func TestEventsStreamSurvivesRestartsAndCrashes(t *testing.T) {
 		t.Fatalf("%d streamed events were never acknowledged; 8 connections had at most 8 in flight", extra)
 	}
 	t.Logf("after the restart: %d events streamed once each, %d of them in flight (not acknowledged) at the kill", len(seen), extra)
+
+	// A reporter's retry is spooled and billed as a duplicate: it is a
+	// second event with the same CloudEvents id, which consumers dedupe.
+	if r := p.postUsage(tok, "ev", 1, 11, "run-a"); r["duplicate"] != float64(1) {
+		t.Fatalf("re-sent post-paid event: %v", r)
+	}
+	retry := &consumer{t: t, cursor: c.cursor}
+	retry.drain(p)
+	first := shard.PostPaidID([]byte("run-a-0"))
+	if len(retry.seen) != 1 || retry.seen[0].ID != hex.EncodeToString(first[:]) || retry.seen[0].Data.Kind != "post_paid" {
+		t.Fatalf("after a re-sent report the stream added %+v", retry.seen)
+	}
 	p.stop()
 }
 
@@ -323,6 +336,10 @@ func TestEventsRetentionExpiresOldCursors(t *testing.T) {
 	}
 	if b := p.metric("tollgated_event_archive_bytes"); b > 8192 || b == 0 {
 		t.Fatalf("archive holds %v bytes, bound 8192", b)
+	}
+	ahead := &consumer{t: t, cursor: base64.RawURLEncoding.EncodeToString([]byte("events:" + nodeOf(t, dir) + "/1000000000"))}
+	if status, code := ahead.page(p, 10); status != http.StatusConflict || code != "cursor-ahead" {
+		t.Fatalf("a cursor from the future: %d %s", status, code)
 	}
 	fresh := &consumer{t: t}
 	fresh.drain(p)
