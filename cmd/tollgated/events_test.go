@@ -241,7 +241,10 @@ func TestEventsStreamSurvivesRestartsAndCrashes(t *testing.T) {
 	close(stopReading)
 	<-read
 	readBeforeKill := len(c.seen)
-	time.Sleep(500 * time.Millisecond)
+	ackedThen := a.count()
+	for deadline := time.Now().Add(10 * time.Second); a.count() < ackedThen+100 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
 	p.kill9()
 	a.wait()
 	cancel()
@@ -353,4 +356,11 @@ func TestEventsRetentionExpiresOldCursors(t *testing.T) {
 		}
 	}
 	p.stop()
+}
+
+// count is how many requests were acknowledged so far.
+func (a *acked) count() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.units)
 }
