@@ -58,8 +58,11 @@ type Exporter struct {
 	post        []ledger.Usage
 	fold        folder
 
-	wake  chan struct{}
-	stats struct {
+	wake chan struct{}
+	// durableAt is the highest sequence the spool said is durable
+	// (WakeAt); the spool may say so before its Durable shows it.
+	durableAt atomic.Uint64
+	stats     struct {
 		events, settlements, duplicates, billed, rejected atomic.Uint64
 		postAccepted, postDuplicate, postRejected         atomic.Uint64
 		failures                                          atomic.Uint64
@@ -107,6 +110,20 @@ func (e *Exporter) Wake() {
 	}
 }
 
+// WakeAt asks for an export pass for records up to seq, which the spool
+// has made durable. A spool that calls it before its Durable reports seq
+// (spool.Options.OnDurable does) is read again after the interval: the
+// pass it wakes may find nothing new yet.
+func (e *Exporter) WakeAt(seq uint64) {
+	for {
+		cur := e.durableAt.Load()
+		if seq <= cur || e.durableAt.CompareAndSwap(cur, seq) {
+			break
+		}
+	}
+	e.Wake()
+}
+
 // Run exports until stop closes: after each Wake (the spool calls it when
 // more usage is durable), at most once per interval, so a busy node bills in
 // batches; and not at all while nothing new is durable, so an idle node's
@@ -148,7 +165,8 @@ func (e *Exporter) pending() bool {
 	if e.Floor != nil {
 		upTo = min(upTo, e.Floor())
 	}
-	return e.after < e.spool.Durable() || upTo > e.released
+	durable := max(e.spool.Durable(), e.durableAt.Load())
+	return e.after < durable || upTo > e.released
 }
 
 // releaseEvery spaces out the spool's release marks (each one is a small
@@ -167,6 +185,12 @@ func (e *Exporter) export(ctx context.Context, release bool) error {
 		mark, err := e.store.ExportMark(ctx, e.node)
 		if err != nil {
 			return err
+		}
+		if end := e.spool.Durable(); mark > end {
+			// Records this node appends next would take numbers the
+			// ledger has billed already, and be skipped.
+			return fmt.Errorf("%w: the ledger billed node %q's spool up to record %d, but the spool ends at %d: it was replaced, or lost records at its end (docs/RUNBOOK.md)",
+				ErrSpoolBehindMark, e.node, mark, end)
 		}
 		e.after, e.marked = max(e.after, mark), true
 	}
@@ -210,7 +234,7 @@ func (e *Exporter) exportBatch(ctx context.Context) (int, error) {
 		}
 		u := rec.Usage
 		switch {
-		case rec.Kind == record.Commit: // a journal entry, not a bill
+		case rec.Kind == record.Commit, rec.Kind == record.Hole: // a journal entry or a lost record's place: not a bill
 		case u.Source == ledger.UsagePostPaid:
 			if e.Claims != nil && e.Claims.held(u.ID) {
 				return errStop // the plane is billing it: stop before it
@@ -253,6 +277,10 @@ func (e *Exporter) exportBatch(ctx context.Context) (int, error) {
 	e.after = last
 	return n, nil
 }
+
+// ErrSpoolBehindMark refuses to export from a spool that ends before what
+// the ledger's export mark says this node already billed.
+var ErrSpoolBehindMark = errors.New("control: the spool ends before the node's export mark")
 
 // errStop ends a spool read early without an error.
 var errStop = errors.New("stop")

@@ -2,8 +2,11 @@ package control
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/tollgated/tollgated/control/record"
 	"github.com/tollgated/tollgated/core"
@@ -131,5 +134,58 @@ func TestExporterWaitsForEventsThePlaneClaimed(t *testing.T) {
 	}
 	if st := e.Stats(); st.PostAccepted != 3 || st.Exported != 3 {
 		t.Fatalf("after release: %+v", st)
+	}
+}
+
+// TestExportRefusesASpoolBehindItsMark: a spool that ends before what the
+// ledger says this node billed (replaced, or cut at its end) would number
+// new records as already billed; the export refuses instead of skipping
+// them.
+func TestExportRefusesASpoolBehindItsMark(t *testing.T) {
+	store, err := boltstore.Open(filepath.Join(t.TempDir(), "ledger.db"), boltstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	ctx := context.Background()
+	if _, err := store.Settle(ctx, ledger.Settlement{Node: "n", From: 0, To: 5}, 1); err != nil {
+		t.Fatal(err)
+	}
+	sp := &memSpool{}
+	err = NewExporter(sp, store, "n", 16).Export(ctx)
+	if !errors.Is(err, ErrSpoolBehindMark) {
+		t.Fatalf("export over an empty spool behind mark 5: %v", err)
+	}
+}
+
+// laggingSpool is a spool whose Durable shows records only when told, as
+// the real spool's flusher calls OnDurable before Durable moves.
+type laggingSpool struct {
+	*memSpool
+	shown atomic.Uint64
+}
+
+func (s *laggingSpool) Durable() uint64 { return s.shown.Load() }
+
+// TestExporterWokenBeforeDurableShowsStillExports: the spool calls
+// OnDurable (WakeAt) before its Durable reports the records; the pass that
+// wake-up runs finds nothing yet. The exporter used to go back to sleep
+// then, leaving an idle node's last usage unbilled until the next request.
+func TestExporterWokenBeforeDurableShowsStillExports(t *testing.T) {
+	mem, store, l := exporterFixture(t)
+	sp := &laggingSpool{memSpool: mem}
+	e := NewExporter(sp, store, "n1", 16)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { defer close(done); e.Run(stop, 10*time.Millisecond) }()
+	defer func() { close(stop); <-done }()
+	spoolUsage(mem, leaseEvent(l, 1, 10))
+	e.WakeAt(1)
+	time.Sleep(30 * time.Millisecond) // that pass found nothing
+	sp.shown.Store(1)
+	for deadline := time.Now().Add(2 * time.Second); e.Stats().Events != 1; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the record durable after its wake-up was never exported: %+v", e.Stats())
+		}
 	}
 }

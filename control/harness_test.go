@@ -51,7 +51,7 @@ func newNode(t *testing.T, n int, lc LeaseConfig) *node {
 		outR, _ := ring.New[shard.Outbound](1 << 14)
 		in, _ := ring.NewDoorbell(inR)
 		out, _ := ring.NewDoorbell(outR)
-		s, err := shard.New(shard.Config{ID: uint16(i), Secret: secret, MaxReservations: 4096}, in, out)
+		s, err := shard.New(shard.Config{ID: uint16(i), Secret: secret, MaxReservations: 4096, KeyUseReport: 20e6}, in, out)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -60,7 +60,9 @@ func newNode(t *testing.T, n int, lc LeaseConfig) *node {
 		links = append(links, Link{In: in, Out: out})
 	}
 	claims := NewPostPaidClaims()
-	p, err := New(Config{Store: store, Spool: nd.spool, Holder: "test-node", Lease: lc, Claims: claims}, links)
+	keysUsed := func(keys []plane.KeyUsed) { nd.prov.KeysUsed(keys) }
+	p, err := New(Config{Store: store, Spool: nd.spool, Holder: "test-node", Lease: lc, Claims: claims,
+		KeysUsed: keysUsed, KeyUseFlush: 20 * time.Millisecond}, links)
 	if err != nil {
 		t.Fatal(err)
 	}

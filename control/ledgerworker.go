@@ -98,15 +98,21 @@ func (w *ledgerWorker) call(c funding.Call, done func(funding.Result)) {
 func (w *ledgerWorker) run1(c funding.Call) funding.Result {
 	ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
 	defer cancel()
+	return RunCall(ctx, w.store, c, c.Now)
+}
+
+// RunCall runs funding call c against store at now and reports its
+// result, with the ledger's evidence on a grant or a refusal.
+func RunCall(ctx context.Context, store ledger.Store, c funding.Call, now int64) funding.Result {
 	r := funding.Result{ID: c.ID}
 	var ev ledger.Evidence
 	switch c.Kind {
 	case funding.CallAcquire:
-		r.Lease, ev, r.Err = w.store.Acquire(ctx, c.Account, c.Holder, c.Want, c.Need, c.TTL, c.Now)
+		r.Lease, ev, r.Err = store.Acquire(ctx, c.Account, c.Holder, c.Want, c.Need, c.TTL, now)
 	case funding.CallExtend:
-		r.Lease, ev, r.Err = w.store.Extend(ctx, c.Lease, c.Token, c.Want, c.Need, c.TTL, c.Now)
+		r.Lease, ev, r.Err = store.Extend(ctx, c.Lease, c.Token, c.Want, c.Need, c.TTL, now)
 	case funding.CallRelease:
-		r.Err = w.store.Release(ctx, c.Lease, c.Token, c.Unspent, c.Now)
+		r.Err = store.Release(ctx, c.Lease, c.Token, c.Unspent, now)
 		return r
 	}
 	var refusal *ledger.Refusal

@@ -68,6 +68,11 @@ type Config struct {
 	// FundingChanged, if set, hears (on its own goroutine) of accounts
 	// whose balances post-paid usage moved.
 	FundingChanged func(ids []core.AccountID)
+	// KeysUsed, if set, hears (on its own goroutine) which keys
+	// authenticated lately, for their last use (Provisioner.KeysUsed).
+	KeysUsed func(keys []plane.KeyUsed)
+	// KeyUseFlush batches key-use reports for KeysUsed (5 s).
+	KeyUseFlush time.Duration
 	// Now reads the clock (tests inject one).
 	Now func() int64
 }
@@ -124,8 +129,9 @@ func New(cfg Config, links []Link) (*Plane, error) {
 		Shards: len(links),
 		Funding: funding.Config{Holder: cfg.Holder, TTL: int64(cfg.Lease.TTL), MinLease: cfg.Lease.MinLease,
 			Retry: int64(cfg.Lease.Retry), MinSlice: cfg.Slice, MaxSlice: cfg.MaxSlice},
-		Shares:     shares.Config{},
-		Durability: durability.Config{Next: cfg.Appended + 1, Durable: cfg.Spool.Durable()},
+		Shares:      shares.Config{},
+		Durability:  durability.Config{Next: cfg.Appended + 1, Durable: cfg.Spool.Durable()},
+		KeyUseFlush: int64(cfg.KeyUseFlush),
 	})
 	p := &Plane{cfg: cfg, links: links, m: m, cmds: make(chan func(), 1024), kick: make(chan struct{}, 1)}
 	p.worker = newLedgerWorker(cfg.Store, cfg.Lease.CallTimeout, p.post)
@@ -345,6 +351,10 @@ func (p *Plane) execute(now int64) int {
 				}
 				p.Do(func(m *plane.Machine, _ int64) { m.Refreshed(in) })
 			}(e.Accounts, e.Ingest)
+		case plane.EffectKeysUsed:
+			if f := p.cfg.KeysUsed; f != nil {
+				go f(e.Keys)
+			}
 		}
 	}
 	p.m.ClearEffects()

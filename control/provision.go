@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
+	"github.com/tollgated/tollgated/control/plane"
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/credential"
 	"github.com/tollgated/tollgated/ledger"
@@ -34,6 +36,14 @@ type Provisioner struct {
 	// after ingesting it: a re-sent event is a duplicate within it and new
 	// after it. It bounds the ledger's growth (DefaultEventRetention).
 	EventRetention time.Duration
+
+	keyIDs keyIDs // KeysUsed's map from a key's principal to its id
+}
+
+// keyIDs maps the principal a key authenticates as to the key's id.
+type keyIDs struct {
+	mu  sync.Mutex
+	ids map[core.Principal]string
 }
 
 // DefaultEventRetention outlasts any replay of the node's own spool (a node
@@ -380,4 +390,53 @@ func (v *Provisioner) rootOf(ctx context.Context, id core.AccountID) (core.Accou
 		id = a.Parent
 	}
 	return id, nil
+}
+
+// KeysUsed records when keys last authenticated (ledger.Key.LastUsed),
+// from the shards' coarse reports. A principal it does not know sends it to
+// the ledger's key list once per call: a key made since the last look, or a
+// platform token, which has no last use.
+func (v *Provisioner) KeysUsed(used []plane.KeyUsed) {
+	ctx, cancel := context.WithTimeout(context.Background(), provisionTimeout)
+	defer cancel()
+	k := &v.keyIDs
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	uses := make([]ledger.KeyUse, 0, len(used))
+	reloaded := false
+	for _, u := range used {
+		id, ok := k.ids[u.Principal]
+		if !ok && !reloaded {
+			reloaded = true
+			if err := v.loadKeyIDs(ctx); err != nil {
+				v.report(fmt.Errorf("last use of keys: %w", err))
+				return
+			}
+			id, ok = k.ids[u.Principal]
+		}
+		if ok {
+			uses = append(uses, ledger.KeyUse{ID: id, At: u.At})
+		}
+	}
+	if err := v.store.MarkKeysUsed(ctx, uses); err != nil {
+		v.report(fmt.Errorf("last use of keys: %w", err))
+	}
+}
+
+// loadKeyIDs rebuilds the principal → key id map from the ledger; the
+// caller holds keyIDs.mu.
+func (v *Provisioner) loadKeyIDs(ctx context.Context) error {
+	ks, err := v.store.Keys(ctx, "")
+	if err != nil {
+		return err
+	}
+	ids := make(map[core.Principal]string, len(ks))
+	for _, key := range ks {
+		if !key.Revoked {
+			d := credential.Digest(key.Digest)
+			ids[d.Principal()] = key.ID
+		}
+	}
+	v.keyIDs.ids = ids
+	return nil
 }

@@ -77,3 +77,41 @@ func TestRefreshReachesTheWholeTreeThroughTheIndex(t *testing.T) {
 		t.Fatal("subtree of an unknown account")
 	}
 }
+
+// TestKeysUsedReachTheLedger: a key that authenticates on a shard gets its
+// last use recorded in the ledger, off the request path (the shard marks
+// its credential cache, the plane batches the reports, the provisioner
+// maps them to key ids); a key nobody used keeps none.
+func TestKeysUsedReachTheLedger(t *testing.T) {
+	nd := newNode(t, 2, LeaseConfig{})
+	nd.open("used", "key-used-0123456789", 1000, "")
+	nd.open("idle", "key-idle-0123456789", 1000, "")
+	before := time.Now().UnixNano()
+	nd.waitStatus(1, "key-used-0123456789", 200, 5*time.Second)
+	lastUsed := func() map[string]int64 {
+		ks, err := nd.store.Keys(context.Background(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]int64{}
+		for _, k := range ks {
+			out[k.ID] = k.LastUsed
+		}
+		return out
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		got := lastUsed()
+		if got["k-used"] != 0 {
+			if got["k-used"] < before {
+				t.Fatalf("last use %d, before the check at %d", got["k-used"], before)
+			}
+			if got["k-idle"] != 0 {
+				t.Fatalf("an unused key has a last use: %v", got)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("last use never recorded: %v", got)
+		}
+	}
+}

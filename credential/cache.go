@@ -26,6 +26,8 @@ type cacheEntry struct {
 	p     core.Principal
 	until int64 // Unix ns: re-verify after this
 	used  uint64
+	// fresh: the key authenticated since TakeUsed last reported it.
+	fresh bool
 }
 
 // NewCache returns a cache of at least size entries (rounded up to a power
@@ -49,7 +51,7 @@ func (c *Cache) Lookup(key []byte, now int64) (core.Principal, bool) {
 		e := &c.entries[j]
 		if int(e.n) == len(key) && now < e.until && subtle.ConstantTimeCompare(e.key[:e.n], key) == 1 {
 			c.tick++
-			e.used = c.tick
+			e.used, e.fresh = c.tick, true
 			c.hits++
 			return e.p, true
 		}
@@ -71,7 +73,25 @@ func (c *Cache) Store(key []byte, p core.Principal, until int64) {
 	c.tick++
 	e.n = uint8(len(key))
 	copy(e.key[:], key)
-	e.p, e.until, e.used = p, until, c.tick
+	e.p, e.until, e.used, e.fresh = p, until, c.tick, true
+}
+
+// TakeUsed passes report the principal of every key that authenticated
+// since the last call (a key used through several entries may come twice),
+// forgetting each one report accepts; it stops at the first refusal, and
+// what it did not take is offered again next time. A use whose entry was
+// evicted before the call is not reported: last use is coarse by design.
+func (c *Cache) TakeUsed(report func(core.Principal) bool) {
+	for i := range c.entries {
+		e := &c.entries[i]
+		if !e.fresh || e.n == 0 {
+			continue
+		}
+		if !report(e.p) {
+			return
+		}
+		e.fresh = false
+	}
 }
 
 // Forget drops every cached key that verified as p (for example on

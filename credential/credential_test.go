@@ -100,3 +100,38 @@ func TestCacheLookupDoesNotAllocate(t *testing.T) {
 		t.Fatalf("Lookup allocates %v", a)
 	}
 }
+
+// TestCacheTakeUsed: a key is reported once per use since the last report;
+// what the reporter refuses is offered again.
+func TestCacheTakeUsed(t *testing.T) {
+	c := NewCache(8)
+	a, b := core.Principal{Lo: 1}, core.Principal{Lo: 2}
+	c.Store([]byte("key-a"), a, 100)
+	c.Store([]byte("key-b"), b, 100)
+	take := func(limit int) []core.Principal {
+		var got []core.Principal
+		c.TakeUsed(func(p core.Principal) bool {
+			if len(got) == limit {
+				return false
+			}
+			got = append(got, p)
+			return true
+		})
+		return got
+	}
+	if got := take(1); len(got) != 1 {
+		t.Fatalf("first report, room for one: %v", got)
+	}
+	if got := take(10); len(got) != 1 {
+		t.Fatalf("the refused one is offered again, the taken one not: %v", got)
+	}
+	if got := take(10); len(got) != 0 {
+		t.Fatalf("nothing used since: %v", got)
+	}
+	if _, ok := c.Lookup([]byte("key-b"), 50); !ok {
+		t.Fatal("lookup missed")
+	}
+	if got := take(10); len(got) != 1 || got[0] != b {
+		t.Fatalf("after one use of key-b: %v", got)
+	}
+}

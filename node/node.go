@@ -45,7 +45,10 @@ type Config struct {
 	DrainUsage func(deadline time.Time)
 	// RingSize is each ring's capacity (a power of two). Default 8192.
 	RingSize int
-	Log      zerolog.Logger
+	// KeyUseReport is how often (ns) each shard reports the keys used on
+	// it (shard.Config.KeyUseReport).
+	KeyUseReport int64
+	Log          zerolog.Logger
 }
 
 // Node is a running node.
@@ -326,7 +329,7 @@ func newRunner(id, cpu int, addr string, cfg Config) (*runner, control.Link, err
 		return nil, control.Link{}, err
 	}
 	r.s, err = shard.New(shard.Config{ID: uint16(id), Secret: cfg.Secret, MaxReservations: cfg.MaxReservations,
-		AckDurable: cfg.Durable, FundingWait: cfg.FundingWait}, r.in, r.out)
+		AckDurable: cfg.Durable, FundingWait: cfg.FundingWait, KeyUseReport: cfg.KeyUseReport}, r.in, r.out)
 	if err == nil {
 		r.ln, err = httploop.Bind(addr)
 	}

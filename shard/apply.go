@@ -49,7 +49,22 @@ func (s *Shard) Poll(now int64) int {
 		s.runWaiters(now)
 	}
 	s.flushRefills(now)
+	if now >= s.keysReportAt {
+		s.reportKeysUsed(now)
+	}
 	return n
+}
+
+// reportKeysUsed sends the principals of keys used since the last report
+// (every Config.KeyUseReport: a key's last use is known to within that plus
+// the plane's batching, plane.Config.KeyUseFlush),
+// as far as the ring has room beyond what usage reserves; the rest stay
+// marked in the cache for the next report.
+func (s *Shard) reportKeysUsed(now int64) {
+	s.keysReportAt = now + s.cfg.KeyUseReport
+	s.cache.TakeUsed(func(p core.Principal) bool {
+		return s.trySend(Outbound{Kind: OutKeyUsed, From: s.cfg.ID, Principal: p})
+	})
 }
 
 func (s *Shard) apply(m *Inbound, now int64) {

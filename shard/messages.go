@@ -75,6 +75,7 @@ const (
 	OutShareAck                    // Account's share Seq applied, with InFlight reservations held
 	OutPostPaid                    // bill post-paid Batch, then answer Ticket
 	OutCommit                      // Usage (Units = its quote) was committed: journal it; Seq numbers it like usage
+	OutKeyUsed                     // the key of Principal authenticated here lately (coarse: see Config.KeyUseReport)
 )
 
 // Outbound is one message from a shard to the control plane.

@@ -25,6 +25,9 @@ type Config struct {
 	MaxReservations int    // reservations in flight on this shard
 	CredentialCache int    // verified keys remembered
 	CredentialTTL   int64  // ns a verified key is trusted before re-verifying
+	// KeyUseReport is how often (ns) the shard reports the keys that
+	// authenticated on it, for their last use (30 s).
+	KeyUseReport int64
 	// UsageHeadroom is ring capacity kept free of usage reservations, for
 	// refill and forwarding messages.
 	UsageHeadroom int
@@ -62,6 +65,8 @@ type Shard struct {
 	grantSeq map[core.AccountID]uint64
 	// starvedAt is when each account's starved share was last reported.
 	starvedAt map[core.AccountID]int64
+	// keysReportAt is when the next report of used keys is due.
+	keysReportAt int64
 
 	inbox  *ring.Doorbell[Inbound]  // control plane → shard
 	outbox *ring.Doorbell[Outbound] // shard → control plane
@@ -126,6 +131,9 @@ func New(cfg Config, in *ring.Doorbell[Inbound], out *ring.Doorbell[Outbound]) (
 	}
 	if cfg.CredentialTTL <= 0 {
 		cfg.CredentialTTL = 60e9
+	}
+	if cfg.KeyUseReport <= 0 {
+		cfg.KeyUseReport = 30e9
 	}
 	if cfg.UsageHeadroom <= 0 {
 		cfg.UsageHeadroom = 64

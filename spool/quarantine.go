@@ -20,8 +20,9 @@ type Quarantined struct {
 	// Moved is where the original directory now is, every byte of it; ""
 	// if the spool was clean and nothing was done.
 	Moved string
-	// Kept counts the records of the new spool: every good unreleased
-	// record, in order, renumbered from Report.Released+1.
+	// Kept counts the good unreleased records of the new spool, each at
+	// its own sequence number; a lost record's number holds an empty
+	// record (a hole), which readers skip.
 	Kept uint64
 }
 
@@ -36,8 +37,12 @@ type Quarantined struct {
 // What it costs: the records Verify reports lost — their sequence numbers
 // carry no good record — are in neither spool, so their usage is never
 // billed unless the exporter billed it before the damage; whatever bytes
-// remain of them are in dest, at the offsets the report names. The kept records get new sequence numbers (nothing
-// outside the spool refers to them: the ledger knows events by their ids).
+// remain of them are in dest, at the offsets the report names. The kept records keep
+// their sequence numbers, and a lost record's number is taken by an empty
+// record: the ledger's export mark counts spool positions, so renumbering
+// would make it skip or repeat records. Lost records after the last good
+// one leave no hole; a start whose ledger mark is past the spool's end is
+// refused by the daemon rather than skip what it would append next.
 // With a damaged released mark, records already billed may be kept and
 // billed again as duplicates, which the ledger recognises and ignores.
 //
@@ -75,8 +80,8 @@ func Quarantine(dir, dest string) (*Quarantined, error) {
 	}
 	var note bytes.Buffer
 	rep.WriteText(&note)
-	fmt.Fprintf(&note, "quarantined: %d good records moved to a new spool in %s as seq %d-%d; this directory is the original\n",
-		q.Kept, dir, rep.Released+1, rep.Released+q.Kept)
+	fmt.Fprintf(&note, "quarantined: %d good records moved to a new spool in %s at their own sequence numbers, lost ones as empty records; this directory is the original\n",
+		q.Kept, dir)
 	if err := writeFileSynced(filepath.Join(dir, quarantineNote), note.Bytes()); err != nil {
 		return nil, err
 	}
@@ -135,8 +140,8 @@ func rebuild(dir, stage string, want *Report) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	kept := uint64(0)
-	rep, err := inspect(dir, func(payload []byte) error {
+	kept, holes, next := uint64(0), uint64(0), want.Released+1
+	appendOne := func(payload []byte) error {
 		for {
 			_, err := s.Append(payload)
 			if errors.Is(err, ErrFull) {
@@ -145,12 +150,24 @@ func rebuild(dir, stage string, want *Report) (uint64, error) {
 				}
 				continue
 			}
-			if err != nil {
+			return err
+		}
+	}
+	rep, err := inspect(dir, func(seq uint64, payload []byte) error {
+		// A lost record's number is kept by an empty record (a hole):
+		// every good record keeps its own, so a position recorded outside
+		// the spool (the ledger's export mark) still means the same record.
+		for ; next < seq; next++ {
+			if err := appendOne(nil); err != nil {
 				return err
 			}
-			kept++
-			return nil
+			holes++
 		}
+		if err := appendOne(payload); err != nil {
+			return err
+		}
+		kept, next = kept+1, seq+1
+		return nil
 	})
 	if err == nil {
 		err = s.Sync()
@@ -170,7 +187,7 @@ func rebuild(dir, stage string, want *Report) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if !check.Clean() || check.Records != kept || check.Released != want.Released {
+	if !check.Clean() || check.Records != kept+holes || check.Released != want.Released {
 		return 0, fmt.Errorf("spool: the rebuilt spool in %s does not check (%d records, clean %v): %w", stage, check.Records, check.Clean(), ErrCorrupt)
 	}
 	return kept, nil

@@ -113,7 +113,7 @@ func isDir(dir string) error {
 // inspect builds the report of dir; the caller holds its lock. keep, if
 // set, is called with every good unreleased record's payload, in order of
 // sequence number; an error from it stops inspect.
-func inspect(dir string, keep func(payload []byte) error) (*Report, error) {
+func inspect(dir string, keep func(seq uint64, payload []byte) error) (*Report, error) {
 	rep := &Report{Dir: dir}
 	plan, err := planRecovery(dir)
 	rep.Start = err
@@ -182,7 +182,7 @@ func segmentFiles(dir string) (firsts []uint64, strays []string, err error) {
 // whose sequence numbers increase.
 type walker struct {
 	rep    *Report
-	keep   func([]byte) error
+	keep   func(seq uint64, payload []byte) error
 	expect uint64 // the next unreleased sequence number not yet seen
 	// tailRecords: the last segment read ended in damage that held this
 	// many records, as far as their headers tell.
@@ -261,7 +261,7 @@ func (w *walker) good(seq uint64, payload []byte) error {
 	w.expect = seq + 1
 	w.rep.Records++
 	if w.keep != nil {
-		return w.keep(payload)
+		return w.keep(seq, payload)
 	}
 	return nil
 }

@@ -85,7 +85,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.StringVar(&cpus, "cpus", "", "CPUs to pin shards to, Linux cpulist syntax such as 0-3,6 (default: the CPUs this process may use)")
 	fs.DurationVar(&c.leaseGrace, "lease-grace", 10*time.Second, "how long past expiry a lease may still be released before its remainder is forfeited")
 	fs.DurationVar(&c.fundingWait, "funding-wait", 200*time.Millisecond, "how long a request refused only because its shard's lease slice ran out (or has not arrived yet) waits for the refill before it is answered 503; 0 answers at once")
-	fs.DurationVar(&c.retention, "event-retention", control.DefaultEventRetention, "how long the ledger remembers a billed event's id: a re-sent event (a post-paid retry, a replay after a crash) is a duplicate within it; bounds the ledger's growth")
+	fs.DurationVar(&c.retention, "event-retention", control.DefaultEventRetention, "how long the ledger remembers a post-paid event's id: a reporter's retry is a duplicate within it; bounds the ledger's growth")
 	fs.DurationVar(&c.groupCommit, "group-commit", 0, "how long the usage spool may wait to gather more records into one fsync; 0 starts the next fsync as soon as the last ends (the lowest acknowledgement latency; more fsyncs a second under load)")
 	fs.StringVar(&c.ack, "ack", "durable", "when answers that bill usage are sent: durable (once the usage is fsync'd to the spool: survives kill -9 and power loss) or immediate (at once; usage reaches the spool within a flush interval, and is lost if the process dies first — spend stays bounded)")
 	fs.IntVar(&c.usageHistory, "usage-history", 1000, "usage events kept per account for GET /v1/accounts/{id}/usage")

@@ -21,6 +21,7 @@ import (
 	"github.com/tollgated/tollgated/admin"
 	"github.com/tollgated/tollgated/affinity"
 	"github.com/tollgated/tollgated/control"
+	"github.com/tollgated/tollgated/control/plane"
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/credential"
 	"github.com/tollgated/tollgated/httploop"
@@ -119,6 +120,11 @@ func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err 
 					p.UsageChanged(ids)
 				}
 			},
+			KeysUsed: func(keys []plane.KeyUsed) {
+				if p := prov.Load(); p != nil {
+					p.KeysUsed(keys)
+				}
+			},
 		},
 		Durable: cfg.ack == "durable", FundingWait: fundingWait(cfg.fundingWait),
 		DrainUsage: d.drainUsage, Log: log,
@@ -189,12 +195,12 @@ func pickCPUs(cfg config, log zerolog.Logger) ([]int, error) {
 func (d *daemon) openSpool(cfg config, nodeID string) error {
 	// Durable usage wakes the plane (answers wait on it), not the exporter:
 	// the exporter runs on its interval, in big batches.
-	s, err := spool.Open(filepath.Join(cfg.dataDir, spoolDir), spool.Options{FlushInterval: groupCommit(cfg.groupCommit), OnDurable: func(uint64) {
+	s, err := spool.Open(filepath.Join(cfg.dataDir, spoolDir), spool.Options{FlushInterval: groupCommit(cfg.groupCommit), OnDurable: func(seq uint64) {
 		if p := d.plane.Load(); p != nil {
 			p.Kick()
 		}
 		if e := d.exported.Load(); e != nil {
-			e.Wake()
+			e.WakeAt(seq)
 		}
 	}, SegmentBytes: cfg.events.segmentBytes, ArchiveDir: filepath.Join(cfg.dataDir, eventsDir),
 		ArchiveMaxBytes: cfg.events.maxBytes, ArchiveMaxAge: cfg.events.maxAge})

@@ -311,12 +311,8 @@ func (m *Machine) Refill(from int, id core.AccountID, needed core.CostUnits, seq
 
 // Return takes back units of lease token that shard from did not spend.
 func (m *Machine) Return(from int, id core.AccountID, token uint64, units core.CostUnits, now int64) {
-	a := m.accounts[id]
-	var l *lease
-	if a != nil {
-		l = a.lease(token)
-	}
-	if l == nil || units > l.out {
+	a, l := m.sliced(id, token, units)
+	if l == nil {
 		invariant.Violated(invariant.UnknownReturn, "units returned for a lease the plane did not slice them from")
 		return
 	}
@@ -329,14 +325,23 @@ func (m *Machine) Return(from int, id core.AccountID, token uint64, units core.C
 	m.serve(a, now)
 }
 
+// sliced finds lease token of account id if it has at least units out in
+// the shards (nil otherwise).
+func (m *Machine) sliced(id core.AccountID, token uint64, units core.CostUnits) (*account, *lease) {
+	a := m.accounts[id]
+	if a == nil {
+		return nil, nil
+	}
+	if l := a.lease(token); l != nil && units <= l.out {
+		return a, l
+	}
+	return a, nil
+}
+
 // Settle records usage billed against lease token of account id.
 func (m *Machine) Settle(id core.AccountID, token uint64, units core.CostUnits, now int64) {
-	a := m.accounts[id]
-	var l *lease
-	if a != nil {
-		l = a.lease(token)
-	}
-	if l == nil || units > l.out {
+	a, l := m.sliced(id, token, units)
+	if l == nil {
 		invariant.Violated(invariant.UnknownSettle, "usage settled against a lease the plane does not hold")
 		return
 	}

@@ -22,7 +22,9 @@
 package plane
 
 import (
+	"cmp"
 	"errors"
+	"slices"
 
 	"github.com/tollgated/tollgated/control/durability"
 	"github.com/tollgated/tollgated/control/funding"
@@ -43,6 +45,9 @@ type Config struct {
 	// QueueSoft is how many messages a shard's queue holds before grants
 	// and provisioning wait (4096).
 	QueueSoft int
+	// KeyUseFlush is how long (ns) the machine gathers the shards' key-use
+	// reports before handing them to the ledger in one batch (5 s).
+	KeyUseFlush int64
 }
 
 // ErrBusy refuses a provisioning change while a shard's queue is full;
@@ -62,6 +67,7 @@ const (
 	// EffectFundingChanged: post-paid usage moved balances of Accounts:
 	// refresh their evidence, then report with Refreshed(Ingest).
 	EffectFundingChanged
+	EffectKeysUsed // record Keys' last use in the ledger (best effort, coarse)
 )
 
 // Effect is one intent for the shell, other than a shard message.
@@ -75,6 +81,13 @@ type Effect struct {
 	Clear    bool
 	Ingest   *Ingest
 	Accounts []core.AccountID
+	Keys     []KeyUsed
+}
+
+// KeyUsed says the key of Principal authenticated on a shard by At.
+type KeyUsed struct {
+	Principal core.Principal
+	At        int64
 }
 
 // Ingest is a post-paid batch waiting for the ledger.
@@ -111,7 +124,11 @@ type Machine struct {
 	// waits until the leases the refresh retired are back from the
 	// shards; bounded by the post-paid batches in flight.
 	recalls []recall
-	stats   Stats
+	// keysUsed gathers key-use reports until keysDue (0: none gathered);
+	// bounded by the keys bound to the shards.
+	keysUsed map[core.Principal]int64
+	keysDue  int64
+	stats    Stats
 }
 
 type recall struct {
@@ -131,6 +148,9 @@ func New(cfg Config) *Machine {
 	}
 	if cfg.QueueSoft <= 0 {
 		cfg.QueueSoft = 4096
+	}
+	if cfg.KeyUseFlush <= 0 {
+		cfg.KeyUseFlush = 5e9
 	}
 	cfg.Funding.Shards, cfg.Shares.Shards, cfg.Durability.Shards = cfg.Shards, cfg.Shards, cfg.Shards
 	m := &Machine{cfg: cfg, accounts: make(map[core.AccountID]*account),
@@ -186,7 +206,7 @@ func (m *Machine) ClearEffects() {
 // Next is when the machine next needs Tick (0: not until an input).
 func (m *Machine) Next() int64 {
 	next := int64(0)
-	for _, t := range [...]int64{m.fund.Next(), m.shares.Next(), m.dur.Next()} {
+	for _, t := range [...]int64{m.fund.Next(), m.shares.Next(), m.dur.Next(), m.keysDue} {
 		if t != 0 && (next == 0 || t < next) {
 			next = t
 		}
@@ -199,6 +219,34 @@ func (m *Machine) Tick(now int64) {
 	m.fund.Tick(now)
 	m.shares.Tick(now)
 	m.dur.Tick(now)
+	if m.keysDue != 0 && now >= m.keysDue {
+		m.flushKeysUsed()
+	}
+}
+
+// keyUsed gathers one shard's report that a key authenticated.
+func (m *Machine) keyUsed(p core.Principal, now int64) {
+	if m.keysUsed == nil {
+		m.keysUsed = make(map[core.Principal]int64)
+	}
+	m.keysUsed[p] = now
+	if m.keysDue == 0 {
+		m.keysDue = now + m.cfg.KeyUseFlush
+	}
+}
+
+func (m *Machine) flushKeysUsed() {
+	keys := make([]KeyUsed, 0, len(m.keysUsed))
+	for p, at := range m.keysUsed {
+		keys = append(keys, KeyUsed{Principal: p, At: at})
+	}
+	// Map order is random; the outbox must not be.
+	slices.SortFunc(keys, func(a, b KeyUsed) int {
+		return cmp.Or(cmp.Compare(a.Principal.Hi, b.Principal.Hi), cmp.Compare(a.Principal.Lo, b.Principal.Lo))
+	})
+	clear(m.keysUsed)
+	m.keysDue = 0
+	m.effects = append(m.effects, Effect{Kind: EffectKeysUsed, Keys: keys})
 }
 
 // Floor is the highest spool sequence the exporter may let the spool drop.
@@ -268,6 +316,8 @@ func (m *Machine) FromShard(from int, msg *shard.Outbound, now int64) {
 		m.shares.Ack(from, msg.Account, msg.Seq, msg.InFlight, now)
 	case shard.OutPostPaid:
 		m.postPaid(from, msg, now)
+	case shard.OutKeyUsed:
+		m.keyUsed(msg.Principal, now)
 	}
 }
 

@@ -36,6 +36,10 @@ type Kind uint8
 const (
 	Usage  Kind = 1
 	Commit Kind = 2
+	// Hole is an empty record: the place of a record lost to damage,
+	// which spool.Quarantine keeps so every other record keeps its
+	// sequence number. It bills nothing.
+	Hole Kind = 0
 )
 
 // Record is one spool record.
@@ -73,6 +77,9 @@ func Append(dst []byte, r *Record) []byte {
 // Decode is Append's inverse.
 func Decode(b []byte) (Record, error) {
 	var r Record
+	if len(b) == 0 {
+		return r, nil // a Hole
+	}
 	if len(b) < fixedLen {
 		return r, errBad
 	}

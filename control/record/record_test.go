@@ -34,7 +34,7 @@ func TestMalformedRecordsAreRefused(t *testing.T) {
 	zeroRev := append([]byte{}, withRev...)
 	clear(zeroRev[fixedLen-1 : fixedLen-1+32])
 	cases := map[string][]byte{
-		"empty":            nil,
+		"kind zero":        append([]byte{0}, good[1:]...),
 		"short":            good[:10],
 		"kind":             append([]byte{9}, good[1:]...),
 		"flags":            append([]byte{0x21}, good[1:]...),
@@ -65,4 +65,13 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("accepted %x but re-encodes as %x", b, again)
 		}
 	})
+}
+
+// TestAnEmptyRecordIsAHole: the empty record spool.Quarantine leaves for a
+// lost one decodes as a Hole, which bills nothing.
+func TestAnEmptyRecordIsAHole(t *testing.T) {
+	r, err := Decode(nil)
+	if err != nil || r.Kind != Hole || r.Usage.Units != 0 {
+		t.Fatalf("Decode(empty) = %+v, %v", r, err)
+	}
 }

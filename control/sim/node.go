@@ -15,7 +15,6 @@ import (
 	"github.com/tollgated/tollgated/control/plane"
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/credential"
-	"github.com/tollgated/tollgated/ledger"
 	"github.com/tollgated/tollgated/ring"
 	"github.com/tollgated/tollgated/shard"
 )
@@ -295,24 +294,7 @@ func (w *World) runCall(ctx context.Context, c funding.Call) funding.Result {
 		r.Err = errLedger
 		return r
 	}
-	var ev ledger.Evidence
-	switch c.Kind {
-	case funding.CallAcquire:
-		r.Lease, ev, r.Err = w.store.Acquire(ctx, c.Account, c.Holder, c.Want, c.Need, c.TTL, w.now)
-	case funding.CallExtend:
-		r.Lease, ev, r.Err = w.store.Extend(ctx, c.Lease, c.Token, c.Want, c.Need, c.TTL, w.now)
-	case funding.CallRelease:
-		r.Err = w.store.Release(ctx, c.Lease, c.Token, c.Unspent, w.now)
-		return r
-	}
-	var refusal *ledger.Refusal
-	switch {
-	case r.Err == nil:
-		r.Evidence, r.HasEvidence = ev, true
-	case errors.As(r.Err, &refusal):
-		r.Evidence, r.HasEvidence = refusal.Evidence, true
-	}
-	return r
+	return control.RunCall(ctx, w.store, c, w.now)
 }
 
 // background runs the exporter and the ledger's maintenance on their
