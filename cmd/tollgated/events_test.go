@@ -109,7 +109,7 @@ func (c *consumer) byID() map[string]streamed {
 
 // checkAll asserts every acknowledged check and post-paid event is in
 // what c saw, once, with its fields.
-func (c *consumer) checkAll(node, account string, price uint64, checks map[string]uint64, postPaid map[string]uint64) {
+func (c *consumer) checkAll(node, account string, price uint64, checks map[string]uint64, postPaid map[string]uint64, unanswered int) {
 	c.t.Helper()
 	seen := c.byID()
 	for id, units := range checks {
@@ -133,17 +133,20 @@ func (c *consumer) checkAll(node, account string, price uint64, checks map[strin
 			c.t.Fatalf("post-paid event %s: %+v", reporterID, ev)
 		}
 	}
-	if want := len(checks) + len(postPaid); len(seen) != want {
-		c.t.Fatalf("the stream holds %d events, %d were acknowledged", len(seen), want)
+	if want := len(checks) + len(postPaid); len(seen) < want || len(seen) > want+unanswered {
+		c.t.Fatalf("the stream holds %d events, %d were acknowledged and %d not answered", len(seen), want, unanswered)
 	}
 }
 
-// checks sends n /v1/check requests one after another and returns the
-// acknowledged ones: request id → units.
-func checks(t *testing.T, p *proc, key string, n int) map[string]uint64 {
+// checks sends /v1/check requests one after another until n are
+// acknowledged and returns them: request id → units. A loaded machine may
+// answer one 503 or 504 (not acknowledged: its usage may or may not be
+// billed); those are retried, at most n of them, and counted in
+// unanswered.
+func checks(t *testing.T, p *proc, key string, n int, unanswered *int) map[string]uint64 {
 	t.Helper()
 	out := make(map[string]uint64, n)
-	for range n {
+	for retries := 0; len(out) < n; {
 		req, _ := http.NewRequest("POST", "http://"+p.listen+"/v1/check",
 			strings.NewReader(`{"permission":"chat","workload":[{"op":"requests","count":1}]}`))
 		req.Header.Set("Authorization", "Bearer "+key)
@@ -157,6 +160,11 @@ func checks(t *testing.T, p *proc, key string, n int) map[string]uint64 {
 		}
 		raw, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
+		if (resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusGatewayTimeout) && retries < n {
+			retries++
+			*unanswered++
+			continue
+		}
 		if resp.StatusCode != http.StatusOK || json.Unmarshal(raw, &m) != nil || m.RequestID == "" {
 			t.Fatalf("check: %d %s", resp.StatusCode, raw)
 		}
@@ -192,7 +200,8 @@ func TestEventsStreamSurvivesRestartsAndCrashes(t *testing.T) {
 	tok := p.adminCall("POST", "/v1/platform-tokens", nil, http.StatusCreated)["token"].(string)
 	c := &consumer{t: t}
 
-	acked := checks(t, p, key, 150)
+	unanswered := 0
+	acked := checks(t, p, key, 150, &unanswered)
 	post := map[string]uint64{}
 	if r := p.postUsage(tok, "ev", 20, 11, "run-a"); r["accepted"] != float64(20) {
 		t.Fatalf("post-paid: %v", r)
@@ -201,7 +210,7 @@ func TestEventsStreamSurvivesRestartsAndCrashes(t *testing.T) {
 		post[fmt.Sprintf("run-a-%d", i)] = 11
 	}
 	c.drain(p)
-	c.checkAll(node, "ev", price, acked, post)
+	c.checkAll(node, "ev", price, acked, post, unanswered)
 	if len(acked) != 150 {
 		t.Fatalf("%d distinct request ids for 150 checks", len(acked))
 	}
@@ -209,11 +218,11 @@ func TestEventsStreamSurvivesRestartsAndCrashes(t *testing.T) {
 	// SIGTERM, more traffic after the restart: resume from the cursor.
 	p.stop()
 	p = startProc(t, dir, flags...)
-	for id, u := range checks(t, p, key, 100) {
+	for id, u := range checks(t, p, key, 100, &unanswered) {
 		acked[id] = u
 	}
 	c.drain(p)
-	c.checkAll(node, "ev", price, acked, post)
+	c.checkAll(node, "ev", price, acked, post, unanswered)
 
 	// kill -9 under load while the consumer reads: it resumes after the
 	// restart from the last cursor it was given.
@@ -256,7 +265,7 @@ func TestEventsStreamSurvivesRestartsAndCrashes(t *testing.T) {
 		acked[id] = u
 	}
 	p = startProc(t, dir, flags...)
-	after := checks(t, p, key, 30)
+	after := checks(t, p, key, 30, &unanswered)
 	for id, u := range after {
 		acked[id] = u
 		a.units[id] = u
@@ -285,8 +294,8 @@ func TestEventsStreamSurvivesRestartsAndCrashes(t *testing.T) {
 		}
 	}
 	// At most one request per connection was in flight when it died.
-	if extra > 8 {
-		t.Fatalf("%d streamed events were never acknowledged; 8 connections had at most 8 in flight", extra)
+	if extra > 8+unanswered {
+		t.Fatalf("%d streamed events were never acknowledged; 8 connections had at most 8 in flight, %d checks were not answered", extra, unanswered)
 	}
 	t.Logf("after the restart: %d events streamed once each, %d of them in flight (not acknowledged) at the kill", len(seen), extra)
 
@@ -319,7 +328,8 @@ func TestEventsRetentionExpiresOldCursors(t *testing.T) {
 	if status, _ := early.page(p, 1); status != http.StatusOK {
 		t.Fatalf("first page: %d", status)
 	}
-	acked := checks(t, p, key, 400)
+	var unanswered int
+	acked := checks(t, p, key, 400, &unanswered)
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		status, code := (&consumer{t: t, cursor: early.cursor}).page(p, 10)
@@ -350,10 +360,14 @@ func TestEventsRetentionExpiresOldCursors(t *testing.T) {
 	if len(seen) == 0 || len(seen) >= len(acked) {
 		t.Fatalf("from the oldest kept: %d of %d events", len(seen), len(acked))
 	}
+	stray := 0
 	for id := range seen {
 		if _, ok := acked[id]; !ok {
-			t.Fatalf("streamed %s, never acknowledged", id)
+			stray++
 		}
+	}
+	if stray > unanswered {
+		t.Fatalf("%d streamed events were never acknowledged, %d checks were not answered", stray, unanswered)
 	}
 	p.stop()
 }
