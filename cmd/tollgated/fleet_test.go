@@ -506,7 +506,6 @@ func settledOnce(t *testing.T, url string, id core.AccountID, loads []*acked, un
 	}
 }
 
-
 // TestFleetSurvivesKilledNodes: three nodes under load on one account.
 // Node 1 is killed with SIGKILL and restarted on its data directory: every
 // request it acknowledged is billed once and it forfeits nothing (it bills
