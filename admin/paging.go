@@ -34,6 +34,7 @@ const (
 	listPlatformTokens = "platform-tokens"
 	listAdminTokens    = "admin-tokens"
 	listAudit          = "audit"
+	listEvents         = "events"
 )
 
 // page is one list request's paging: the ledger's cursor to continue after

@@ -44,6 +44,9 @@ const (
 	codeBusy             = "busy"
 	codeUnavailable      = "unavailable"
 	codeInternal         = "internal"
+	// The billed-event stream's cursor (events.go).
+	codeCursorExpired = "cursor-expired"
+	codeCursorAhead   = "cursor-ahead"
 
 	// What the listener answers for requests net/http refuses before any
 	// handler sees them (listener.go).
@@ -69,6 +72,8 @@ var titles = map[string]string{
 	codeBusy:               "Already running",
 	codeUnavailable:        "Unavailable",
 	codeInternal:           "Internal error",
+	codeCursorExpired:      "Events no longer kept",
+	codeCursorAhead:        "Cursor beyond the stream",
 	codeMalformedRequest:   "Malformed request",
 	codeHeadersTooLarge:    "Request headers too large",
 	codeUnsupportedFraming: "Unsupported request framing",
@@ -91,6 +96,8 @@ var statuses = map[string]int{
 	codeBusy:               http.StatusConflict,
 	codeUnavailable:        http.StatusServiceUnavailable,
 	codeInternal:           http.StatusInternalServerError,
+	codeCursorExpired:      http.StatusGone,
+	codeCursorAhead:        http.StatusConflict,
 	codeMalformedRequest:   http.StatusBadRequest,
 	codeHeadersTooLarge:    http.StatusRequestHeaderFieldsTooLarge,
 	codeUnsupportedFraming: http.StatusNotImplemented,

@@ -15,7 +15,8 @@ var errTest = errors.New("test failure")
 
 func TestEveryCodeHasATitleAndStatus(t *testing.T) {
 	for _, c := range []string{codeInvalidJSON, codeInvalidField, codeInvalidQuery, codeTooLarge, codeUnauthorized,
-		codeUnknownAccount, codeNotFound, codeMethodNotAllowed, codeConflict, codeClosedAccount, codeOverflow, codeInternal} {
+		codeUnknownAccount, codeNotFound, codeMethodNotAllowed, codeConflict, codeClosedAccount, codeOverflow, codeInternal,
+		codeCursorExpired, codeCursorAhead} {
 		if titles[c] == "" || statuses[c] < 400 {
 			t.Errorf("%s: title %q status %d", c, titles[c], statuses[c])
 		}

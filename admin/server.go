@@ -85,6 +85,11 @@ type Config struct {
 	// Tracing makes the admin requests' spans (tracing.go); nil means the
 	// process's global provider (a no-op unless one was set).
 	Tracing trace.TracerProvider
+	// Events is where GET /v1/events reads the billed-event stream, and
+	// Node the stream's CloudEvents source (the node id); without Events
+	// the route answers 404. Optional.
+	Events EventLog
+	Node   string
 }
 
 // Server serves the admin API.
@@ -99,6 +104,8 @@ type Server struct {
 	handler  http.Handler
 	holdings Holdings
 	tracing  trace.TracerProvider
+	eventLog EventLog
+	node     string
 
 	// mu serialises changes. The ledger makes each change atomic, but an
 	// audit record's before is read just ahead of the change: holding mu
@@ -123,6 +130,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		store: cfg.Store, hasher: cfg.Hasher, pub: cfg.Publisher, reg: cfg.Registry,
 		now: cfg.Now, log: cfg.Log, rand: cfg.Rand, holdings: cfg.Holdings, tracing: cfg.Tracing,
+		eventLog: cfg.Events, node: cfg.Node,
 	}
 	if s.reg == nil {
 		s.reg = prometheus.NewRegistry()
@@ -184,6 +192,7 @@ func (s *Server) routes() http.Handler {
 	handle("/v1/admin-tokens/{id}", methods{http.MethodDelete: s.revokeAdminToken})
 	handle("/v1/leases", methods{http.MethodGet: s.leases})
 	handle("/v1/audit", methods{http.MethodGet: s.auditLog})
+	handle("/v1/events", methods{http.MethodGet: s.events})
 	handle("/metrics", methods{http.MethodGet: s.serveMetrics})
 	// The profiler's handlers keep the connection's context: a profile
 	// whose client left should stop.

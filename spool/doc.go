@@ -94,6 +94,17 @@
 // it changes anything. Quarantine puts every good unreleased record into a
 // new spool, swaps it in atomically, and moves the original aside.
 //
+// # Archive and Follow
+//
+// With Options.ArchiveDir, Release moves the segments it would delete into
+// that directory, named by their first and last sequence numbers, and Open
+// finishes a move a crash interrupted; the archive drops its oldest
+// segments beyond ArchiveMaxBytes or ArchiveMaxAge (archive.go). Follow
+// reads every durable record by sequence number, archived or not, released
+// or not, with its own files: a reader's position stays valid across
+// restarts and crashes, and a position the archive dropped is ErrExpired.
+// The write path does not touch the archive.
+//
 // Known limits: damage confined to the last record of the last segment
 // cannot be told from a torn write and is cut away like one. After a power
 // cut, a block of zeros followed by a later, unsynced but intact record in

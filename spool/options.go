@@ -59,6 +59,19 @@ type Options struct {
 	// writes nothing while it runs, so it must not block long, and must not
 	// call Sync or Close (they wait for the flusher).
 	OnDurable func(seq uint64)
+
+	// ArchiveDir, if set, is where Release moves the segments it would
+	// delete, for Follow (archive.go). It must be on the spool's
+	// filesystem (a segment moves with one rename) and belongs to this
+	// spool alone. "" deletes released segments.
+	ArchiveDir string
+	// ArchiveMaxBytes and ArchiveMaxAge bound the archive: its oldest
+	// segments are deleted while it holds more bytes, and once their last
+	// write is older. Both are required (positive) with ArchiveDir. A
+	// segment is the unit: the archive holds whole segments of up to
+	// SegmentBytes plus one record.
+	ArchiveMaxBytes int64
+	ArchiveMaxAge   time.Duration
 }
 
 // withDefaults returns o with zero fields defaulted, or an error naming the
@@ -88,6 +101,8 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("spool: MaxPendingBytes %d not in [%d, %d]: %w", o.MaxPendingBytes, minMaxPendingBytes, MaxPendingLimit, ErrOptions)
 	case o.MaxBatchBytes < 0 || o.MaxBatchBytes > o.MaxPendingBytes:
 		return o, fmt.Errorf("spool: MaxBatchBytes %d not in [1, MaxPendingBytes=%d]: %w", o.MaxBatchBytes, o.MaxPendingBytes, ErrOptions)
+	case o.ArchiveDir != "" && (o.ArchiveMaxBytes <= 0 || o.ArchiveMaxAge <= 0):
+		return o, fmt.Errorf("spool: ArchiveMaxBytes %d and ArchiveMaxAge %v must be positive with ArchiveDir: %w", o.ArchiveMaxBytes, o.ArchiveMaxAge, ErrOptions)
 	}
 	return o, nil
 }

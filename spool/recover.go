@@ -16,6 +16,9 @@ type recovered struct {
 	size     int64    // its size
 	next     uint64   // sequence number of the next record
 	dropped  Dropped  // the torn tail cut from the last segment, if any
+	// archivePruned counts archived segments deleted because they did
+	// not join up with the spool (loadArchive).
+	archivePruned int
 }
 
 // Dropped describes a torn or damaged tail that Open cut from the last
@@ -107,10 +110,11 @@ func planRecovery(dir string) (plan recoveryPlan, err error) {
 }
 
 // recoverDir brings the spool directory to a consistent state: it drops
-// segments that hold only released records, checks every record of the
-// rest, truncates a torn tail of the last segment, makes sure a last segment
-// exists, and makes all of it durable. dirFile is the open directory.
-func recoverDir(dir string, dirFile *os.File) (rec recovered, err error) {
+// segments that hold only released records (into archive, unless that is
+// ""), checks every record of the rest, truncates a torn tail of the last
+// segment, makes sure a last segment exists, and makes all of it durable.
+// dirFile is the open directory.
+func recoverDir(dir string, dirFile *os.File, archive string) (rec recovered, err error) {
 	plan, err := planRecovery(dir)
 	if err != nil {
 		return rec, err
@@ -121,7 +125,21 @@ func recoverDir(dir string, dirFile *os.File) (rec recovered, err error) {
 	if err := os.Remove(filepath.Join(dir, markTmpName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return rec, fmt.Errorf("spool: remove temp mark: %w", err)
 	}
-	for _, first := range plan.doomed {
+	for i, first := range plan.doomed {
+		if archive != "" {
+			// Release archived segments up to here and crashed before it
+			// moved this one: finish its work the way it would have.
+			next := plan.released + 1
+			if i+1 < len(plan.doomed) {
+				next = plan.doomed[i+1]
+			} else if len(plan.firsts) > 0 {
+				next = plan.firsts[0]
+			}
+			if _, err := archiveSegment(dir, archive, first, next-1); err != nil {
+				return rec, err
+			}
+			continue
+		}
 		if err := os.Remove(segPath(dir, first)); err != nil {
 			return rec, fmt.Errorf("spool: remove released segment: %w", err)
 		}

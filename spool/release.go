@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 )
 
 // Release records that every record ≤ upTo has been exported: they will not
@@ -39,6 +40,11 @@ func (s *Spool) Release(upTo uint64) error {
 		k++
 	}
 	doomed := append([]uint64(nil), s.segs[:k]...)
+	if s.opts.ArchiveDir != "" {
+		moved, err := s.archiveReleased(doomed)
+		s.segMu.Unlock()
+		return s.afterArchive(moved, err)
+	}
 	s.segs = append(s.segs[:0], s.segs[k:]...)
 	s.segMu.Unlock()
 
@@ -51,5 +57,22 @@ func (s *Spool) Release(upTo uint64) error {
 	s.stats.deleted.Add(uint64(len(doomed) - len(errs)))
 	// No directory fsync: if a removal is lost in a crash, Open removes the
 	// file again, because the mark is durable.
+	return errors.Join(errs...)
+}
+
+// afterArchive finishes a Release that moved moved segments into the
+// archive: it makes the moves durable and applies the archive's bounds. A
+// move lost in a crash is redone by Open, because the mark is durable.
+func (s *Spool) afterArchive(moved int, err error) error {
+	errs := []error{err}
+	if moved > 0 {
+		s.stats.archived.Add(uint64(moved))
+		errs = append(errs, syncDir(s.opts.ArchiveDir))
+		if err := s.dirFile.Sync(); err != nil {
+			errs = append(errs, fmt.Errorf("spool: sync dir: %w", err))
+		}
+		_, perr := s.PruneArchive(time.Now())
+		errs = append(errs, perr)
+	}
 	return errors.Join(errs...)
 }

@@ -64,9 +64,13 @@ type Spool struct {
 	calm      int       // batches in a row no larger than MaxBatchBytes
 
 	// segMu guards segs: the first sequence numbers of the segment files on
-	// disk, in order. The last one is the segment being written.
+	// disk, in order. The last one is the segment being written. It also
+	// guards arc, the archived segments (archive.go), in order; each
+	// segment is in exactly one of the two.
 	segMu sync.Mutex
 	segs  []uint64
+	arc   []archived
+	hints hints // where recent Follow calls ended
 
 	relMu sync.Mutex // serialises Release (and Close against it)
 
@@ -102,8 +106,19 @@ func Open(dir string, opts Options) (*Spool, error) {
 		unlockDir(lock)
 		return nil, fmt.Errorf("spool: open dir: %w", err)
 	}
-	rec, err := recoverDir(dir, dirFile)
+	var arc []archived
+	rec, err := recoverDir(dir, dirFile, opts.ArchiveDir)
+	if err == nil && opts.ArchiveDir != "" {
+		var pruned int
+		if arc, pruned, err = loadArchive(opts.ArchiveDir, rec.segs[0]); err == nil {
+			rec.archivePruned = pruned
+			err = syncDir(opts.ArchiveDir)
+		}
+	}
 	if err != nil {
+		if rec.active != nil {
+			rec.active.Close()
+		}
 		dirFile.Close()
 		unlockDir(lock)
 		return nil, err
@@ -122,12 +137,14 @@ func Open(dir string, opts Options) (*Spool, error) {
 		seg:     rec.active,
 		segSize: rec.size,
 		segs:    rec.segs,
+		arc:     arc,
 	}
 	s.cond.L = &s.mu
 	s.durable.Store(rec.next - 1)
 	s.released.Store(rec.released)
 	s.dropped = rec.dropped
 	s.stats.truncated.Store(rec.dropped.Bytes)
+	s.stats.pruned.Store(uint64(rec.archivePruned))
 	go s.run()
 	return s, nil
 }

@@ -37,6 +37,14 @@ type Stats struct {
 	// SyncHist[i] counts fdatasyncs that took less than 2^i µs (and at least
 	// 2^(i-1) µs); the last bucket also holds everything longer.
 	SyncHist [SyncBuckets]uint64
+
+	// The archive (Options.ArchiveDir): segments Release moved there,
+	// segments its bounds deleted, what it holds now, and the oldest
+	// record Follow can read.
+	Archived, Pruned uint64
+	ArchiveSegments  int
+	ArchiveBytes     int64
+	Oldest           uint64
 }
 
 // MeanSync is the mean fdatasync time, 0 if there was none.
@@ -55,6 +63,8 @@ type counters struct {
 	syncs        atomic.Uint64
 	rolls        atomic.Uint64
 	deleted      atomic.Uint64
+	archived     atomic.Uint64
+	pruned       atomic.Uint64
 	full         atomic.Uint64
 	truncated    atomic.Int64
 	syncNanos    atomic.Int64
@@ -92,7 +102,12 @@ func (s *Spool) Stats() Stats {
 	s.mu.Unlock()
 	s.segMu.Lock()
 	st.Segments = len(s.segs)
+	st.ArchiveSegments = len(s.arc)
+	st.ArchiveBytes = s.archiveBytesLocked()
+	st.Oldest = s.oldestLocked()
 	s.segMu.Unlock()
+	st.Archived = s.stats.archived.Load()
+	st.Pruned = s.stats.pruned.Load()
 
 	c := &s.stats
 	st.Flushes = c.flushes.Load()

@@ -138,7 +138,7 @@ Errors from the API are shown with their status and stable code, exit 1.`,
 	f.DurationVar(&a.timeout, "timeout", 30*time.Second, "time allowed for each API call")
 	root.AddCommand(a.accountsCommand(), a.budgetsCommand(), a.depositsCommand(), a.keysCommand(),
 		a.platformTokensCommand(), a.adminTokensCommand(), a.usageCommand(), a.leasesCommand(),
-		a.auditCommand(), a.topCommand(), a.healthCommand(), a.versionCommand())
+		a.auditCommand(), a.eventsCommand(), a.topCommand(), a.healthCommand(), a.versionCommand())
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	return root
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/tollgated/tollgated/admin"
 	"github.com/tollgated/tollgated/affinity"
 	"github.com/tollgated/tollgated/control"
+	"github.com/tollgated/tollgated/spool"
 )
 
 // config is everything tollgated is started with. Every flag has an
@@ -46,6 +47,7 @@ type config struct {
 	retention     time.Duration
 	groupCommit   time.Duration
 	usageHistory  int
+	events        eventArchive
 	ack           string
 	cpuProfile    string
 	loop          loopLimits
@@ -89,6 +91,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.DurationVar(&c.groupCommit, "group-commit", 0, "how long the usage spool may wait to gather more records into one fsync; 0 starts the next fsync as soon as the last ends (the lowest acknowledgement latency; more fsyncs a second under load)")
 	fs.StringVar(&c.ack, "ack", "durable", "when answers that bill usage are sent: durable (once the usage is fsync'd to the spool: survives kill -9 and power loss) or immediate (at once; usage reaches the spool within a flush interval, and is lost if the process dies first — spend stays bounded)")
 	fs.IntVar(&c.usageHistory, "usage-history", 1000, "usage events kept per account for GET /v1/accounts/{id}/usage")
+	c.events.register(fs)
 	fs.StringVar(&c.dataDir, "data-dir", "./tollgated-data", "directory for the ledger, the usage spool and the server secret")
 	fs.StringVar(&c.ledgerURL, "ledger", "", "where the ledger lives: empty for the embedded file in --data-dir, or a PostgreSQL URL (postgres://user@host/db) shared by a fleet")
 	fs.StringVar(&c.ledgerURLFile, "ledger-file", "", "a file holding the --ledger URL, so its password stays out of the process list and the environment")
@@ -243,6 +246,9 @@ func (c *config) finish(cpus, level string) error {
 	if c.usageHistory < 1 || c.usageHistory > 10_000_000 {
 		return fmt.Errorf("--usage-history %d: want 1 to 10000000", c.usageHistory)
 	}
+	if err := c.events.check(); err != nil {
+		return err
+	}
 	if c.dataDir == "" {
 		return fmt.Errorf("--data-dir must not be empty")
 	}
@@ -288,3 +294,31 @@ func (a *adminLimits) register(fs *flag.FlagSet) {
 
 // limits is the admin.Limits the flags ask for.
 func (a adminLimits) limits() admin.Limits { return admin.Limits{MaxConns: a.maxConns} }
+
+// eventArchive sizes the billed-event stream (GET /v1/events): released
+// spool segments are kept in --data-dir/events until the archive holds
+// maxBytes or its oldest segment's last event is maxAge old. A segment
+// (segmentBytes) is the unit the spool releases and the archive drops.
+type eventArchive struct {
+	maxBytes     int64
+	maxAge       time.Duration
+	segmentBytes int64
+}
+
+func (e *eventArchive) register(fs *flag.FlagSet) {
+	fs.Int64Var(&e.maxBytes, "event-archive-bytes", 1<<30, "bytes of billed events kept for GET /v1/events after they are billed (whole spool segments; a data-plane event takes about 100 bytes plus its account id, docs/OPERATIONS.md); the oldest segments go first")
+	fs.DurationVar(&e.maxAge, "event-archive-age", 7*24*time.Hour, "how long billed events are kept for GET /v1/events after their segment's last write; a consumer that falls further behind gets 410 cursor-expired")
+	fs.Int64Var(&e.segmentBytes, "spool-segment-bytes", spool.DefaultSegmentBytes, "size at which the usage spool starts a new segment file: the unit billed events are released, archived and dropped in")
+}
+
+func (e eventArchive) check() error {
+	switch {
+	case e.segmentBytes < 4<<10 || e.segmentBytes > 1<<40:
+		return fmt.Errorf("--spool-segment-bytes %d: want 4096 to 2^40", e.segmentBytes)
+	case e.maxBytes < 4<<10 || e.maxBytes > 1<<50:
+		return fmt.Errorf("--event-archive-bytes %d: want 4096 to 2^50", e.maxBytes)
+	case e.maxAge < time.Minute || e.maxAge > 5*366*24*time.Hour:
+		return fmt.Errorf("--event-archive-age %v: want 1m to 5 years", e.maxAge)
+	}
+	return nil
+}

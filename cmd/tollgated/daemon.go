@@ -56,6 +56,7 @@ type daemon struct {
 	follower   *fleet.Follower
 	followFrom uint64
 	changeLag  prometheus.Histogram
+	nodeID     string // the billed-event stream's source
 }
 
 // startDaemon brings tollgated up in dependency order; on any failure it
@@ -213,12 +214,18 @@ func (d *daemon) openSpool(cfg config, nodeID string) error {
 		if e := d.exported.Load(); e != nil {
 			e.WakeAt(seq)
 		}
-	}})
+	}, SegmentBytes: cfg.events.segmentBytes, ArchiveDir: filepath.Join(cfg.dataDir, eventsDir),
+		ArchiveMaxBytes: cfg.events.maxBytes, ArchiveMaxAge: cfg.events.maxAge})
 	if err != nil {
 		return spoolHint(err, cfg.dataDir)
 	}
 	noted.Spool = s
 	d.spool, d.noted = s, noted
+	d.nodeID = nodeID
+	if st := s.Stats(); st.Pruned > 0 {
+		d.log.Warn().Uint64("segments", st.Pruned).Uint64("oldest", st.Oldest).
+			Msg("billed-event archive: dropped segments that no longer join up with the spool (it was rebuilt); GET /v1/events starts after them")
+	}
 	d.reportSpoolRecovery()
 	replayed := 0
 	if err := s.Replay(func(uint64, []byte) error { replayed++; return nil }); err != nil {
@@ -263,7 +270,25 @@ func (d *daemon) background() {
 	defer close(d.done)
 	go d.prov.Maintain(d.stop, time.Second)
 	defer d.follow(d.stop)()
+	go d.pruneEvents(time.Minute)
 	d.exporter.Run(d.stop, exportInterval)
+}
+
+// pruneEvents applies the billed-event archive's age bound every interval
+// until stop: releases apply both bounds, but an idle node releases nothing.
+func (d *daemon) pruneEvents(interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.stop:
+			return
+		case now := <-t.C:
+			if _, err := d.spool.PruneArchive(now); err != nil {
+				d.log.Error().Err(err).Msg("billed-event archive: pruning failed")
+			}
+		}
+	}
 }
 
 // startAdmin serves the admin API and returns the address it listens on.
@@ -283,7 +308,7 @@ func (d *daemon) startAdmin(ctx context.Context, cfg config, hasher *credential.
 		reg.MustRegister(d.changeLag)
 	}
 	srv, err := admin.New(admin.Config{Store: d.store, Hasher: hasher, Publisher: d.prov, Registry: reg, Log: d.log,
-		Holdings: planeHoldings{d.node.Plane()}})
+		Holdings: planeHoldings{d.node.Plane()}, Events: d.spool, Node: d.nodeID})
 	if err != nil {
 		return "", err
 	}

@@ -18,10 +18,12 @@ import (
 //	ledger.db  the ledger (bbolt): accounts, money, leases, keys, audit;
 //	           absent when --ledger names a PostgreSQL database
 //	spool/     usage not yet billed into the ledger
+//	events/    billed usage kept for GET /v1/events (the spool's archive)
 //	secret     the server secret for key digests (when --secret is not given)
 const (
 	ledgerFile = "ledger.db"
 	spoolDir   = "spool"
+	eventsDir  = "events"
 	secretFile = "secret"
 )
 

@@ -506,9 +506,6 @@ func settledOnce(t *testing.T, url string, id core.AccountID, loads []*acked, un
 	}
 }
 
-// count is how many requests a load saw acknowledged so far.
-func (a *acked) count() int { n, _ := a.ackedUnits(); return n }
-
 // TestFleetSurvivesKilledNodes: three nodes under load on one account.
 // Node 1 is killed with SIGKILL and restarted on its data directory: every
 // request it acknowledged is billed once and it forfeits nothing (it bills

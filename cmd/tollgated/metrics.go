@@ -44,6 +44,8 @@ var (
 	descSpoolBroken = desc("spool_broken", "1 once the spool failed a write or sync: nothing more becomes durable, billing answers stop.")
 	descInvariants  = desc("invariant_violations_total", "Broken invariants by kind: each is a bug, logged as an error when it happens.", "kind")
 	descDroppedB    = desc("spool_recovery_dropped_bytes_total", "Bytes the spool cut from a torn or damaged tail when it opened.")
+	descArchiveB    = desc("event_archive_bytes", "Bytes of billed events kept for GET /v1/events after they were billed (--event-archive-bytes bounds it).")
+	descArchivePrun = desc("event_archive_pruned_segments_total", "Spool segments the billed-event archive dropped (its bounds, or a spool rebuilt beneath it): a consumer behind them gets 410 cursor-expired.")
 	descLatency     = desc("request_duration_seconds", "Data-plane answers by route: from the shard loop's wake-up that read the request to its answer being ready (after durability, funding waits and forwarding).", "route")
 	descUntimed     = desc("request_duration_untimed_total", "Postponed data-plane answers left out of tollgated_request_duration_seconds because their timing slot was reused first.")
 
@@ -143,6 +145,8 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(ch, descSpoolBytes, float64(sp.PendingBytes))
 	counter(ch, descDroppedRec, float64(sp.DroppedRecords))
 	counter(ch, descDroppedB, float64(sp.Truncated))
+	gauge(ch, descArchiveB, float64(sp.ArchiveBytes))
+	counter(ch, descArchivePrun, float64(sp.Pruned))
 }
 
 func boolGauge(b bool) float64 {
