@@ -53,8 +53,11 @@ type Record struct {
 
 var errBad = errors.New("record: malformed spool record")
 
-// Append encodes r after dst.
+// Append encodes r after dst; a Hole is the empty record.
 func Append(dst []byte, r *Record) []byte {
+	if r.Kind == Hole {
+		return dst
+	}
 	u := &r.Usage
 	kind := byte(r.Kind)
 	hasRev := r.Revision != (core.PolicyRevision{})

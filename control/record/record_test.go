@@ -74,4 +74,7 @@ func TestAnEmptyRecordIsAHole(t *testing.T) {
 	if err != nil || r.Kind != Hole || r.Usage.Units != 0 {
 		t.Fatalf("Decode(empty) = %+v, %v", r, err)
 	}
+	if b := Append(nil, &Record{Kind: Hole}); len(b) != 0 {
+		t.Fatalf("a hole encodes as %x", b)
+	}
 }
