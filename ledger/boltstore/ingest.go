@@ -2,7 +2,6 @@ package boltstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/tollgated/tollgated/core"
@@ -31,7 +30,7 @@ func (s *Store) Ingest(ctx context.Context, events []ledger.Usage, now int64) ([
 				results[i] = ledger.Duplicate
 				continue
 			}
-			r, err := x.ingest(e, now)
+			r, err := ledger.Bill(x, e, now)
 			if err != nil {
 				return fmt.Errorf("usage event %x: %w", e.ID, err)
 			}
@@ -56,48 +55,16 @@ func (s *Store) Ingest(ctx context.Context, events []ledger.Usage, now int64) ([
 	return results, nil
 }
 
-// ingest applies one new event and returns its verdict; an error aborts
-// the batch.
-func (x *txn) ingest(e *ledger.Usage, now int64) (ledger.IngestResult, error) {
-	if e.Units == 0 || e.Account.Validate() != nil {
-		return ledger.Rejected, nil
-	}
-	an, err := x.ancestry(e.Account)
-	if errors.Is(err, ledger.ErrNotFound) {
-		return ledger.Rejected, nil
-	}
+// Ancestry and LeaseFunders make a transaction the ledger's Books.
+func (x *txn) Ancestry(id core.AccountID) (ledger.Ancestry, error) { return x.ancestry(id) }
+
+func (x *txn) LeaseFunders(id uint64) (*ledger.LeaseRecord, []*ledger.Account, error) {
+	rec, err := x.lease(id)
 	if err != nil {
-		return 0, err
+		return nil, nil, err
 	}
-	switch e.Source {
-	case ledger.UsageLease:
-		rec, err := x.lease(e.LeaseID)
-		if errors.Is(err, ledger.ErrNotFound) {
-			return ledger.Rejected, nil
-		}
-		if err != nil {
-			return 0, err
-		}
-		funders, err := x.funders(rec)
-		if err != nil {
-			return 0, err
-		}
-		ok, err := ledger.SettleLease(rec, funders, e)
-		if err != nil || !ok {
-			return ledger.Rejected, err
-		}
-	case ledger.UsageOverage:
-		if err := ledger.SettleOverage(an.Chain(), e.Units, now); err != nil {
-			return 0, err
-		}
-	case ledger.UsagePostPaid:
-		if err := ledger.SettlePostPaid(an.Chain(), e.Units, now); err != nil {
-			return 0, err
-		}
-	default:
-		return ledger.Rejected, nil
-	}
-	return ledger.Accepted, nil
+	funders, err := x.funders(rec)
+	return rec, funders, err
 }
 
 // recordUsage keeps e in its account's recent usage, dropping the event

@@ -2,7 +2,6 @@ package boltstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/tollgated/tollgated/core"
@@ -28,39 +27,12 @@ func (s *Store) Settle(ctx context.Context, st ledger.Settlement, now int64) (le
 		case mark > st.From:
 			return fmt.Errorf("%w: node %q is at %d, the settlement covers %d to %d", ledger.ErrMarkOverlap, st.Node, mark, st.From, st.To)
 		}
-		leaseTook := make([]core.CostUnits, len(st.Leases))
-		for i := range st.Leases {
-			took, err := x.settleLease(&st.Leases[i])
-			if err != nil {
-				return err
-			}
-			leaseTook[i] = took
-			if err := res.Add(took, st.Leases[i].Units-took); err != nil {
-				return err
-			}
+		var leaseTook, overageTook []core.CostUnits
+		var err error
+		if res, leaseTook, overageTook, err = ledger.SettleTotals(x, &st, now); err != nil {
+			return err
 		}
-		overageTook := make([]core.CostUnits, len(st.Overage))
-		for i := range st.Overage {
-			u := &st.Overage[i]
-			an, err := x.ancestry(u.Account)
-			if errors.Is(err, ledger.ErrNotFound) || u.Units == 0 {
-				if err := res.Add(0, u.Units); err != nil {
-					return err
-				}
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			if err := ledger.SettleOverage(an.Chain(), u.Units, now); err != nil {
-				return fmt.Errorf("overage of %s: %w", u.Account, err)
-			}
-			overageTook[i] = u.Units
-			if err := res.Add(u.Units, 0); err != nil {
-				return err
-			}
-		}
-		err := ledger.BilledEvents(&st, leaseTook, overageTook, func(u *ledger.Usage) error {
+		err = ledger.BilledEvents(&st, leaseTook, overageTook, func(u *ledger.Usage) error {
 			return x.recordUsage(u, s.history)
 		})
 		if err != nil {
@@ -72,26 +44,6 @@ func (s *Store) Settle(ctx context.Context, st ledger.Settlement, now int64) (le
 		return ledger.SettleResult{}, err
 	}
 	return res, nil
-}
-
-// settleLease bills one lease's total, reporting the units it took.
-func (x *txn) settleLease(u *ledger.LeaseUsage) (core.CostUnits, error) {
-	rec, err := x.lease(u.LeaseID)
-	if errors.Is(err, ledger.ErrNotFound) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	funders, err := x.funders(rec)
-	if err != nil {
-		return 0, err
-	}
-	took, err := ledger.SettleLeaseUnits(rec, funders, u)
-	if err != nil {
-		return 0, fmt.Errorf("usage of lease %d: %w", u.LeaseID, err)
-	}
-	return took, nil
 }
 
 // ExportMark implements ledger.Store.

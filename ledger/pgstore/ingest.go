@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -72,7 +71,7 @@ func (s *Store) Ingest(ctx context.Context, events []ledger.Usage, now int64) ([
 		var w ingestWrites
 		for _, i := range fresh {
 			e := &events[i]
-			r, err := x.ingest(e, now)
+			r, err := ledger.Bill(x, e, now)
 			if err != nil {
 				return fmt.Errorf("usage event %x: %w", e.ID, err)
 			}
@@ -159,48 +158,22 @@ func (x *txn) lockForIngest(events []ledger.Usage, fresh []int) error {
 	return x.lockAccounts(slices.Sorted(maps.Keys(accounts)))
 }
 
-// ingest applies one new event under the locks and returns its verdict
-// (boltstore's rule for rule); an error aborts the batch.
-func (x *txn) ingest(e *ledger.Usage, now int64) (ledger.IngestResult, error) {
-	if e.Units == 0 || e.Account.Validate() != nil {
-		return ledger.Rejected, nil
-	}
-	an, err := x.ancestry(e.Account)
-	if errors.Is(err, ledger.ErrNotFound) {
-		return ledger.Rejected, nil
-	}
+// Ancestry and LeaseFunders make a transaction the ledger's Books (under
+// the batch's locks). A lease whose account is missing is corruption.
+func (x *txn) Ancestry(id core.AccountID) (ledger.Ancestry, error) { return x.ancestry(id) }
+
+func (x *txn) LeaseFunders(id uint64) (*ledger.LeaseRecord, []*ledger.Account, error) {
+	rec, err := x.lease(id)
 	if err != nil {
-		return 0, err
+		return nil, nil, err
 	}
-	switch e.Source {
-	case ledger.UsageLease:
-		rec, err := x.lease(e.LeaseID)
-		if errors.Is(err, ledger.ErrNotFound) {
-			return ledger.Rejected, nil
-		}
-		if err != nil {
-			return 0, err
-		}
-		funders, err := x.funders(rec)
-		if err != nil {
-			return 0, err
-		}
-		ok, err := ledger.SettleLease(rec, funders, e)
-		if err != nil || !ok {
-			return ledger.Rejected, err
-		}
-	case ledger.UsageOverage:
-		if err := ledger.SettleOverage(an.Chain(), e.Units, now); err != nil {
-			return 0, err
-		}
-	case ledger.UsagePostPaid:
-		if err := ledger.SettlePostPaid(an.Chain(), e.Units, now); err != nil {
-			return 0, err
-		}
-	default:
-		return ledger.Rejected, nil
+	if _, err := x.account(rec.Account); err != nil {
+		// Not ErrNotFound: the rules would take a missing account for a
+		// lease that does not exist, and reject instead of stopping.
+		return nil, nil, fmt.Errorf("%w: lease %d of %s: %v", ErrCorrupt, rec.ID, rec.Account, err)
 	}
-	return ledger.Accepted, nil
+	funders, err := x.funders(rec)
+	return rec, funders, err
 }
 
 // ingestWrites gathers a batch's writes beyond the records.

@@ -109,46 +109,16 @@ func (x *txn) lockForSettle(st *ledger.Settlement) error {
 // settle bills the settlement's totals under the locks (boltstore's rule
 // for rule) and queues the usage totals and the history of what it billed.
 func (x *txn) settle(st *ledger.Settlement, now int64, history int64) (ledger.SettleResult, error) {
-	var res ledger.SettleResult
 	var totals usageTotals
-	leaseTook := make([]core.CostUnits, len(st.Leases))
-	for i := range st.Leases {
-		u := &st.Leases[i]
-		took, err := x.settleLease(u)
-		if err != nil {
-			return res, err
-		}
-		leaseTook[i] = took
-		if err := res.Add(took, u.Units-took); err != nil {
-			return res, err
-		}
-	}
-	overageTook := make([]core.CostUnits, len(st.Overage))
-	for i := range st.Overage {
-		u := &st.Overage[i]
-		an, err := x.ancestry(u.Account)
-		if errors.Is(err, ledger.ErrNotFound) || u.Units == 0 {
-			if err := res.Add(0, u.Units); err != nil {
-				return res, err
-			}
-			continue
-		}
-		if err != nil {
-			return res, err
-		}
-		if err := ledger.SettleOverage(an.Chain(), u.Units, now); err != nil {
-			return res, fmt.Errorf("overage of %s: %w", u.Account, err)
-		}
-		overageTook[i] = u.Units
-		if err := res.Add(u.Units, 0); err != nil {
-			return res, err
-		}
+	res, leaseTook, overageTook, err := ledger.SettleTotals(x, st, now)
+	if err != nil {
+		return res, err
 	}
 	// The usage totals count units by what was billed and events by the
 	// billed events of the history (none when it is not given).
 	billed := make(map[totalKey]uint64)
 	var events []*ledger.Usage
-	err := ledger.BilledEvents(st, leaseTook, overageTook, func(u *ledger.Usage) error {
+	err = ledger.BilledEvents(st, leaseTook, overageTook, func(u *ledger.Usage) error {
 		c := *u
 		events = append(events, &c)
 		billed[totalKey{c.Account, c.Source}]++
@@ -198,30 +168,6 @@ func (k totalKey) compare(o totalKey) int {
 		return 1
 	}
 	return int(k.source) - int(o.source)
-}
-
-// settleLease bills one lease's total, reporting the units it took: none
-// of a lease that does not exist (or that no bigint can name).
-func (x *txn) settleLease(u *ledger.LeaseUsage) (core.CostUnits, error) {
-	rec, err := x.lease(u.LeaseID)
-	if errors.Is(err, ledger.ErrNotFound) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	if _, err := x.account(rec.Account); err != nil {
-		return 0, fmt.Errorf("%w: lease %d of %s: %w", ErrCorrupt, rec.ID, rec.Account, err)
-	}
-	funders, err := x.funders(rec)
-	if err != nil {
-		return 0, err
-	}
-	took, err := ledger.SettleLeaseUnits(rec, funders, u)
-	if err != nil {
-		return 0, fmt.Errorf("usage of lease %d: %w", u.LeaseID, err)
-	}
-	return took, nil
 }
 
 // ExportMark implements ledger.Store.
