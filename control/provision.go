@@ -170,6 +170,49 @@ func (v *Provisioner) refreshEvidence(ctx context.Context, ids []core.AccountID)
 	return nil
 }
 
+// refreshAll republishes every account's funding evidence.
+func (v *Provisioner) refreshAll(ctx context.Context) error {
+	all, err := v.store.Accounts(ctx)
+	if err != nil {
+		return err
+	}
+	ids := make([]core.AccountID, len(all))
+	for i, a := range all {
+		ids[i] = a.ID
+	}
+	return v.refreshEvidence(ctx, ids)
+}
+
+// RefreshFunding republishes the funding evidence of ids and of every
+// account below them: usage on another node of a fleet moved what they
+// can spend (fleet.Funds).
+func (v *Provisioner) RefreshFunding(ids []core.AccountID) (err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), provisionTimeout)
+	defer cancel()
+	ctx, span := startSpan(ctx, "provision.funding", attrAccounts.Int(len(ids)))
+	defer func() { endSpan(span, err) }()
+	for _, id := range ids {
+		tree, err := v.subtree(ctx, id)
+		if err != nil {
+			return err
+		}
+		if err := v.refreshEvidence(ctx, tree); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RefreshAllFunding republishes every account's funding evidence: what a
+// node of a fleet does when it may have missed announcements.
+func (v *Provisioner) RefreshAllFunding() (err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), provisionTimeout)
+	defer cancel()
+	ctx, span := startSpan(ctx, "provision.funding_all")
+	defer func() { endSpan(span, err) }()
+	return v.refreshAll(ctx)
+}
+
 // UsageChanged is the exporter's hook: post-paid usage moved balances of
 // ids' chains, so every account sharing a root with them is refreshed.
 func (v *Provisioner) UsageChanged(ids []core.AccountID) {
@@ -310,15 +353,7 @@ func (v *Provisioner) MaintainOnce() (rolled int, err error) {
 		}
 	}
 	if rolled > 0 {
-		all, err := v.store.Accounts(ctx)
-		if err != nil {
-			return rolled, err
-		}
-		ids := make([]core.AccountID, len(all))
-		for i, a := range all {
-			ids[i] = a.ID
-		}
-		if err := v.refreshEvidence(ctx, ids); err != nil {
+		if err := v.refreshAll(ctx); err != nil {
 			return rolled, err
 		}
 	}

@@ -75,23 +75,34 @@ func EvidenceOf(chain []*Account) (Evidence, error) {
 	}
 	ev := Evidence{Remaining: core.MaxCostUnits}
 	for i, a := range chain {
-		b, err := balance(a)
+		r, err := Spendable(a)
 		if err != nil {
 			return Evidence{}, err
 		}
-		r, err := b.Add(a.Outstanding)
-		if err != nil {
-			return Evidence{}, err
-		}
-		// A debt is paid from the units still out in leases before any of
-		// them may be spent again (a release repays it first), so what the
-		// scope can spend is what it holds less what it owes.
-		r -= min(r, a.Overage)
 		if i == 0 || r < ev.Remaining {
 			ev = Evidence{Remaining: r, Scope: a.Scope, PeriodEnd: a.PeriodEnd, Period: a.Budget.Period}
 		}
 	}
 	return ev, nil
+}
+
+// Spendable is what a alone can still spend: its balance and the units
+// out in its leases, less its debt, at least 0. A debt is paid from the
+// units still out in leases before any of them may be spent again (a
+// release repays it first), so what the scope can spend is what it holds
+// less what it owes. Grants and releases move units between balance and
+// leases and leave it alone; usage, forfeits, deposits, budgets and
+// rollovers move it — and with it the funding evidence of a's subtree.
+func Spendable(a *Account) (core.CostUnits, error) {
+	b, err := balance(a)
+	if err != nil {
+		return 0, err
+	}
+	r, err := b.Add(a.Outstanding)
+	if err != nil {
+		return 0, err
+	}
+	return r - min(r, a.Overage), nil
 }
 
 // ValidateGrant refuses grant arguments no grant accepts (ErrInvalid):

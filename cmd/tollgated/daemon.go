@@ -52,8 +52,9 @@ type daemon struct {
 	plane    atomic.Pointer[control.Plane] // for the spool's durability callback
 	exported atomic.Pointer[control.Exporter]
 	// On a PostgreSQL ledger (fleet.go): the change log's follower, the
-	// change it follows from, and its lag.
+	// change it follows from and its lag, and the funds announcements'.
 	follower   *fleet.Follower
+	funds      *fleet.Funds
 	followFrom uint64
 	changeLag  prometheus.Histogram
 	nodeID     string // the billed-event stream's source

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,7 +14,9 @@ import (
 )
 
 // On a PostgreSQL ledger a node follows the change log, so admin changes
-// made through any node reach this node's shards (package fleet). The
+// made through any node reach this node's shards, and the funds
+// announcements, so spending through any node moves this node's funding
+// evidence (package fleet). The
 // embedded ledger has one node: there is nothing to follow.
 
 // prepareFollower takes the change log's head, before the node loads the
@@ -41,10 +44,15 @@ func (d *daemon) prepareFollower(ctx context.Context) error {
 			d.log.Error().Err(err).Uint64("change", c.ID).Str("kind", string(c.Kind)).Str("account", string(c.Account)).
 				Msg("a change another node made could not reach this node's shards; retrying")
 		}}
+	d.funds = &fleet.Funds{Source: pg, Refresh: d.prov,
+		OnError: func(err error) {
+			d.log.Error().Err(err).Msg("funding moved by usage on the fleet could not reach this node's shards; retrying")
+		}}
 	return nil
 }
 
-// follow runs the follower until stop closes, and returns a function that
+// follow runs the follower of the change log and of the funds
+// announcements until stop closes, and returns a function that
 // waits for it to end.
 func (d *daemon) follow(stop <-chan struct{}) (wait func()) {
 	if d.follower == nil {
@@ -52,9 +60,12 @@ func (d *daemon) follow(stop <-chan struct{}) (wait func()) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
+	var running sync.WaitGroup
+	running.Go(func() { d.follower.Run(ctx, d.followFrom) })
+	running.Go(func() { d.funds.Run(ctx) })
 	go func() {
 		defer close(done)
-		d.follower.Run(ctx, d.followFrom)
+		running.Wait()
 	}()
 	go func() {
 		select {

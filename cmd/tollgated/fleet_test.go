@@ -387,6 +387,78 @@ func TestFleetSpendsOneBudgetToTheLastUnit(t *testing.T) {
 	}
 }
 
+// TestFleetAdmissionIsFleetWide: an org's budget is spent through node 0
+// alone; node 1, which never served the org, must deny its agents on
+// /v1/admission (and refuse their checks) within one settlement interval
+// and the propagation bound of node 0's refusal; a deposit through node 0
+// must admit them again on node 1 as fast. Before funds announcements,
+// node 1 kept the funding evidence it loaded at start and admitted them
+// forever.
+func TestFleetAdmissionIsFleetWide(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real processes")
+	}
+	url := pgtest.Database(t)
+	nodes := startFleet(t, url, 2)
+	a, b := nodes[0], nodes[1]
+	const price, round = 10, 500 // 50 checks spend a round's deposit
+	key := a.hierarchy(round, price)
+	tok := a.adminCall("POST", "/v1/platform-tokens", nil, http.StatusCreated)["token"].(string)
+	waitStatus(t, a, key, http.StatusOK, 5*time.Second)
+	bound := exportInterval + testedPropagationBound()
+	admission := func(p *proc, agent string) string {
+		_, _, body := httpCall(t, "GET", "http://"+p.listen+"/v1/admission?agent_id="+agent, "Bearer "+tok, nil)
+		return string(body)
+	}
+	// until polls node b's admission of agent until it contains want, and
+	// returns how long that took from start.
+	until := func(agent, want string, start time.Time) time.Duration {
+		t.Helper()
+		for {
+			got := admission(b, agent)
+			if strings.Contains(got, want) {
+				return time.Since(start)
+			}
+			if time.Since(start) > 10*time.Second {
+				t.Fatalf("node 1 still answers %s for %s 10 s later, want %s", got, agent, want)
+			}
+			time.Sleep(pollPause)
+		}
+	}
+	until("other", `"decision":"admit"`, time.Now())
+	var denied, admitted []time.Duration
+	for r := range 5 {
+		start := time.Now()
+		for {
+			st, body := checkOnce(t, a, key)
+			if st == http.StatusPaymentRequired {
+				break
+			}
+			if st != http.StatusOK && !strings.Contains(body, "lease-") {
+				t.Fatalf("round %d: check on node 0: %d %s", r, st, body)
+			}
+			if time.Since(start) > 20*time.Second {
+				t.Fatalf("round %d: node 0 still admits 20 s later", r)
+			}
+		}
+		spent := time.Now()
+		// "other" never ran anywhere: only the org's funding denies it.
+		denied = append(denied, until("other", `"reason":"cost_limit_exceeded","scope":"org"`, spent))
+		until("agent", `"decision":"deny"`, spent)
+		deposited := time.Now()
+		a.adminCall("POST", "/v1/accounts/org/deposits", map[string]any{"units": round, "idempotency_key": fmt.Sprintf("round-%d", r)}, http.StatusCreated)
+		admitted = append(admitted, until("other", `"decision":"admit"`, deposited))
+	}
+	t.Logf("node 1 denied an org spent through node 0 after %v (its refusal to node 1's deny), admitted it again after %v (deposit to admit); bound %v",
+		denied, admitted, bound)
+	if worst := slices.Max(denied); worst > bound {
+		t.Errorf("node 1 denied an org spent through node 0 %v after node 0 refused it, bound %v", worst, bound)
+	}
+	if worst := slices.Max(admitted); worst > bound {
+		t.Errorf("node 1 admitted an org topped up through node 0 %v after the deposit, bound %v", worst, bound)
+	}
+}
+
 // outageTimeout is how long the outage test's clients wait for an answer.
 // Known defect (outside the ledger): under a loaded machine, about one run
 // in three, one request per node admitted during the outage waited more

@@ -14,8 +14,9 @@ package pgstore
 // notification alike. Follow combines the two.
 //
 // Money moved by leases and usage is not logged: it is the data plane's
-// traffic, and every grant returns the funding evidence with it. Nor is a
-// key's last use (MarkKeysUsed), reported by the data plane in batches.
+// traffic, and every grant returns the funding evidence with it; what
+// usage moves is announced without a log (funds.go). Nor is a key's last
+// use (MarkKeysUsed), reported by the data plane in batches.
 
 import (
 	"context"
@@ -159,10 +160,35 @@ func (e errListener) Error() string { return e.err.Error() }
 // failure, backing off from 50 ms to 5 s. It returns when ctx ends (with
 // ctx's error) or fn returns an error (with that error).
 func (s *Store) Listen(ctx context.Context, fn func(last uint64) error) error {
+	return s.listenLoop(ctx, NotifyChannel,
+		func(ctx context.Context, conn *pgx.Conn) error {
+			last, err := lastChange(ctx, conn)
+			if err != nil {
+				return err
+			}
+			if err := fn(last); err != nil {
+				return errListener{err}
+			}
+			return nil
+		},
+		func(payload string) error {
+			id, err := strconv.ParseUint(payload, 10, 64)
+			if err != nil {
+				return nil // not ours: someone else NOTIFYs on the channel
+			}
+			return fn(id)
+		})
+}
+
+// listenLoop listens on channel until ctx ends or a callback fails:
+// connected runs after each (re)connection (an errListener it returns ends
+// the loop, any other error reconnects), notified with each notification's
+// payload (any error ends the loop).
+func (s *Store) listenLoop(ctx context.Context, channel string, connected func(context.Context, *pgx.Conn) error, notified func(payload string) error) error {
 	backoff := listenBackoffMin
 	for {
 		started := time.Now()
-		err := s.listen(ctx, fn)
+		err := s.listen(ctx, channel, connected, notified)
 		var stop errListener
 		switch {
 		case ctx.Err() != nil:
@@ -182,9 +208,9 @@ func (s *Store) Listen(ctx context.Context, fn func(last uint64) error) error {
 	}
 }
 
-// listen is one connection's life: LISTEN, report the head, then report
-// every notification until the connection fails.
-func (s *Store) listen(ctx context.Context, fn func(last uint64) error) error {
+// listen is one connection's life: LISTEN, run connected, then pass every
+// notification to notified until the connection fails.
+func (s *Store) listen(ctx context.Context, channel string, connected func(context.Context, *pgx.Conn) error, notified func(payload string) error) error {
 	cfg := s.connCfg.Copy()
 	cfg.RuntimeParams["application_name"] = "tollgated-listen"
 	conn, err := pgx.ConnectConfig(ctx, cfg)
@@ -192,15 +218,11 @@ func (s *Store) listen(ctx context.Context, fn func(last uint64) error) error {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+channel); err != nil {
 		return err
 	}
-	last, err := lastChange(ctx, conn)
-	if err != nil {
+	if err := connected(ctx, conn); err != nil {
 		return err
-	}
-	if err := fn(last); err != nil {
-		return errListener{err}
 	}
 	for {
 		wait, cancel := context.WithTimeout(ctx, listenPing)
@@ -218,11 +240,7 @@ func (s *Store) listen(ctx context.Context, fn func(last uint64) error) error {
 		if err != nil {
 			return err
 		}
-		id, err := strconv.ParseUint(n.Payload, 10, 64)
-		if err != nil {
-			continue // not ours: someone else NOTIFYs on the channel
-		}
-		if err := fn(id); err != nil {
+		if err := notified(n.Payload); err != nil {
 			return errListener{err}
 		}
 	}

@@ -33,12 +33,14 @@ type txn struct {
 	leases   map[uint64]*cachedLease
 	locked   bool // accounts were locked: a second lockAccounts would break the lock order
 	changes  []change
+	funds    []core.AccountID // accounts whose ledger.Spendable moved (funds.go)
 	queued   []queuedStatement
 }
 
 type cachedAccount struct {
-	a   ledger.Account
-	was accountRow // as loaded
+	a            ledger.Account
+	was          accountRow     // as loaded
+	wasSpendable core.CostUnits // ledger.Spendable as loaded
 }
 
 type cachedLease struct {
@@ -104,7 +106,11 @@ func (x *txn) cacheAccounts(rows pgx.Rows, into *[]*ledger.Account) error {
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrCorrupt, err)
 		}
-		c := &cachedAccount{a: a, was: was}
+		spendable, err := ledger.Spendable(&a)
+		if err != nil {
+			return fmt.Errorf("%w: account %s: %w", ErrCorrupt, a.ID, err)
+		}
+		c := &cachedAccount{a: a, was: was, wasSpendable: spendable}
 		x.accounts[a.ID] = c
 		if into != nil {
 			*into = append(*into, &c.a)
@@ -225,6 +231,7 @@ func (x *txn) flush() error {
 		}
 	}
 	x.flushChanges(b)
+	x.flushFunds(b)
 	if b.Len() == 0 {
 		return nil
 	}
@@ -303,6 +310,9 @@ func (x *txn) flushAccounts(b *pgx.Batch) error {
 			continue
 		}
 		x.logAccountChanges(&c.a, c.was, r)
+		if err := x.noteFunds(c); err != nil {
+			return err
+		}
 		cols.ids = append(cols.ids, string(id))
 		cols.status, cols.period = append(cols.status, r.status), append(cols.period, r.budgetPeriod)
 		cols.policy = append(cols.policy, c.a.Policy)

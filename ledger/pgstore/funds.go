@@ -1,0 +1,141 @@
+package pgstore
+
+// Funds announcements: how every node of a fleet learns that another
+// node's usage moved an account's funding, so that /v1/admission and the
+// shards' funding evidence are fleet-wide.
+//
+// The change log (changes.go) leaves money out: it is the data plane's
+// traffic, one settlement per node every 100 ms per busy account, and a
+// logged row for each would grow the log with requests. What another node
+// needs is only to know that an account's funding evidence may have moved,
+// and to read it again. So a transaction that changes what an account can
+// still spend (ledger.Spendable: usage settled or billed, a lease
+// forfeited, a deposit, a budget) NOTIFYs FundsChannel with those
+// accounts' ids, in the same transaction: PostgreSQL delivers it when, and
+// only if, the transaction commits. Grants, extensions and the release of
+// units a lease did not use move units between an account's balance and
+// its leases and announce nothing (a release that bills what the lease used
+// beyond its settlements does announce).
+//
+// Nothing is stored, so nothing can be replayed: a listener that was not
+// connected may have missed announcements, and reads every account's
+// evidence again when it (re)connects (FollowFunds). An announcement names
+// an account whose own funding moved; the evidence of it and of every
+// account below it may have changed with it, and of nothing above it.
+
+import (
+	"context"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgated/tollgated/core"
+	"github.com/tollgated/tollgated/ledger"
+)
+
+// FundsChannel is the channel funding moves are announced on. The payload
+// is the accounts' ids separated by spaces, or fundsEverything when they
+// would not fit in one notification.
+const FundsChannel = "tollgated_funds"
+
+// fundsEverything is the payload that says "read every account again".
+const fundsEverything = "*"
+
+// maxFundsPayload keeps a payload under PostgreSQL's 8000-byte limit on a
+// notification.
+const maxFundsPayload = 7900
+
+// noteFunds notes c's account for the transaction's funds announcement if
+// what it can spend moved.
+func (x *txn) noteFunds(c *cachedAccount) error {
+	now, err := ledger.Spendable(&c.a)
+	if err != nil {
+		return err
+	}
+	if now != c.wasSpendable {
+		x.funds = append(x.funds, c.a.ID)
+	}
+	return nil
+}
+
+// flushFunds queues the announcement of the accounts noted.
+func (x *txn) flushFunds(b *pgx.Batch) {
+	if len(x.funds) > 0 {
+		b.Queue("SELECT pg_notify('"+FundsChannel+"', $1)", x.fundsPayload())
+	}
+}
+
+// fundsPayload names the accounts noted, leaving out an account below
+// another one noted (refreshing the ancestor's subtree covers it), or says
+// everything moved when they would not fit in one notification.
+func (x *txn) fundsPayload() string {
+	noted := make(map[core.AccountID]bool, len(x.funds))
+	for _, id := range x.funds {
+		noted[id] = true
+	}
+	var payload strings.Builder
+	for _, id := range x.funds {
+		if x.hasNotedAncestor(id, noted) {
+			continue
+		}
+		if payload.Len()+1+len(id) > maxFundsPayload {
+			return fundsEverything
+		}
+		if payload.Len() > 0 {
+			payload.WriteByte(' ')
+		}
+		payload.WriteString(string(id))
+	}
+	return payload.String()
+}
+
+// hasNotedAncestor reports whether an ancestor of id in the transaction's
+// cache is noted.
+func (x *txn) hasNotedAncestor(id core.AccountID, noted map[core.AccountID]bool) bool {
+	c, ok := x.accounts[id]
+	for depth := 0; ok && c.a.Parent != "" && depth < 3; depth++ {
+		if noted[c.a.Parent] {
+			return true
+		}
+		c, ok = x.accounts[c.a.Parent]
+	}
+	return false
+}
+
+// parseFunds reads an announcement's payload: the accounts named, or all
+// when it says everything may have moved.
+func parseFunds(payload string) (ids []core.AccountID, all bool) {
+	if payload == fundsEverything {
+		return nil, true
+	}
+	for _, f := range strings.Fields(payload) {
+		id := core.AccountID(f)
+		if id.Validate() != nil {
+			return nil, true // not ours, or newer than this build: read everything
+		}
+		ids = append(ids, id)
+	}
+	return ids, false
+}
+
+// FollowFunds calls fn with the accounts of every funds announcement as it
+// arrives, and with all set after every (re)connection, since
+// announcements made while it was not listening are lost. Calls are
+// sequential; it uses a connection of its own, reconnects as Listen does,
+// and returns when ctx ends or fn returns an error.
+func (s *Store) FollowFunds(ctx context.Context, fn func(ids []core.AccountID, all bool) error) error {
+	return s.listenLoop(ctx, FundsChannel,
+		func(context.Context, *pgx.Conn) error {
+			if err := fn(nil, true); err != nil {
+				return errListener{err}
+			}
+			return nil
+		},
+		func(payload string) error {
+			ids, all := parseFunds(payload)
+			if !all && len(ids) == 0 {
+				return nil
+			}
+			return fn(ids, all)
+		})
+}

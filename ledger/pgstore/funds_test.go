@@ -1,0 +1,148 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgated/tollgated/core"
+	"github.com/tollgated/tollgated/ledger"
+)
+
+// TestFundsAreAnnouncedWhenWhatAnAccountCanSpendMoves: settled usage, a
+// post-paid report, a forfeit and a deposit announce the highest account
+// whose funding moved; a grant, an extension and a release announce
+// nothing. A (re)connection reports everything, since what was announced
+// while nobody listened is lost.
+func TestFundsAreAnnouncedWhenWhatAnAccountCanSpendMoves(t *testing.T) {
+	s, _ := openFresh(t, Options{})
+	ctx, cancel := context.WithCancel(t.Context())
+	mustCreate(t, s, "org", "")
+	mustCreate(t, s, "ws", "org")
+	mustCreate(t, s, "agent", "ws")
+	mustCreate(t, s, "marker", "")
+	mustDeposit(t, s, "org", 1000)
+	mustDeposit(t, s, "ws", 1000)
+	mustDeposit(t, s, "agent", 1000)
+
+	heard := make(chan string, 100)
+	done := make(chan error, 1)
+	go func() {
+		done <- s.FollowFunds(ctx, func(ids []core.AccountID, all bool) error {
+			if all {
+				heard <- "*"
+			} else {
+				heard <- strings.Join(stringsOf(ids), " ")
+			}
+			return nil
+		})
+	}()
+	next := func(want string) {
+		t.Helper()
+		select {
+		case got := <-heard:
+			if got != want {
+				t.Fatalf("heard %q, want %q", got, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("heard nothing, want %q", want)
+		}
+	}
+	// marker: a deposit on an unrelated account, to show that what came
+	// before it announced nothing.
+	marker := func(units core.CostUnits) { mustDeposit(t, s, "marker", units); next("marker") }
+	next("*")
+
+	l, _, err := s.Acquire(ctx, "agent", "node-a", 100, 0, hour, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, _, err = s.Extend(ctx, l.ID, l.Token, 50, 0, hour, t0+1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	marker(1)
+
+	st := ledger.Settlement{Node: "node-a", From: 0, To: 3, Events: 3,
+		Leases: []ledger.LeaseUsage{{Account: "agent", LeaseID: l.ID, Token: l.Token, Units: 30}}}
+	if _, err := s.Settle(ctx, st, t0+2); err != nil {
+		t.Fatal(err)
+	}
+	next("org") // agent, ws and org moved; org's subtree covers them
+	if _, err := s.Settle(ctx, st, t0+2); err != nil { // replayed: nothing moves
+		t.Fatal(err)
+	}
+	marker(2)
+
+	if err := s.Release(ctx, l.ID, l.Token, 120, t0+3); err != nil { // all it did not settle
+		t.Fatal(err)
+	}
+	marker(3)
+
+	if _, err := s.Ingest(ctx, []ledger.Usage{{ID: eventID(7), Account: "agent", Source: ledger.UsagePostPaid, Units: 5}}, t0+4); err != nil {
+		t.Fatal(err)
+	}
+	next("org")
+
+	l2, _, err := s.Acquire(ctx, "agent", "node-b", 10, 0, minute, t0+5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = l2
+	if n, err := s.Reclaim(ctx, t0+5+hour, 0, 8); n != 1 || err != nil {
+		t.Fatalf("reclaim: %d, %v", n, err)
+	}
+	next("org") // the forfeit's loss moved what the chain can spend
+
+	if n := endListeners(t, s); n != 1 {
+		t.Fatalf("ended %d listener connections, want 1", n)
+	}
+	next("*")
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("FollowFunds returned %v after its context ended", err)
+	}
+}
+
+func stringsOf(ids []core.AccountID) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = string(id)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestFundsPayloads: an announcement too long for one notification says
+// everything moved, and a payload this build cannot read is read as that.
+func TestFundsPayloads(t *testing.T) {
+	for _, c := range []struct {
+		payload string
+		ids     []core.AccountID
+		all     bool
+	}{
+		{"a b.c", []core.AccountID{"a", "b.c"}, false},
+		{"*", nil, true},
+		{"a BAD", nil, true},
+		{"", nil, false},
+	} {
+		ids, all := parseFunds(c.payload)
+		if !slices.Equal(ids, c.ids) || all != c.all {
+			t.Errorf("parseFunds(%q) = %v, %v; want %v, %v", c.payload, ids, all, c.ids, c.all)
+		}
+	}
+	x := &txn{accounts: map[core.AccountID]*cachedAccount{}}
+	for i := range 1000 {
+		x.funds = append(x.funds, core.AccountID(strings.Repeat("a", 20)+string(rune('a'+i%26))+string(rune('a'+i/26%26))))
+	}
+	if p := x.fundsPayload(); p != fundsEverything {
+		t.Fatalf("a payload over %d bytes was %d bytes, not %q", maxFundsPayload, len(p), fundsEverything)
+	}
+	x.funds = x.funds[:3]
+	if p, want := x.fundsPayload(), string(x.funds[0]+" "+x.funds[1]+" "+x.funds[2]); p != want {
+		t.Fatalf("payload %q, want %q", p, want)
+	}
+}
