@@ -528,7 +528,8 @@ func TestFleetRidesOutAPostgreSQLOutage(t *testing.T) {
 			}
 		}
 	}
-	for _, n := range nodes {
+	for i, n := range nodes {
+		t.Logf("node %d: longest spool fdatasync %.3f s", i, n.metric("tollgated_spool_sync_max_seconds"))
 		n.stop()
 	}
 	settledOnce(t, url, "steady", loads, unanswered)
