@@ -94,6 +94,7 @@ type Plane struct {
 	m      *plane.Machine
 	worker *ledgerWorker
 	cmds   chan func()
+	ended  chan struct{} // closed when Run has returned: nothing reads cmds any more
 	kick   chan struct{}
 
 	// backlog holds spool records the spool refused as full, in order.
@@ -139,15 +140,19 @@ func New(cfg Config, links []Link) (*Plane, error) {
 		KeyUseFlush: int64(cfg.KeyUseFlush),
 	})
 	p := &Plane{cfg: cfg, links: links, m: m, cmds: make(chan func(), 1024), kick: make(chan struct{}, 1),
-		popped: new([256]shard.Outbound)}
+		ended: make(chan struct{}), popped: new([256]shard.Outbound)}
 	p.worker = newLedgerWorker(cfg.Store, cfg.Lease.CallTimeout, p.post)
 	p.floor = cfg.Spool.Durable()
 	return p, nil
 }
 
-// post queues fn for the plane's goroutine without waiting for it.
+// post queues fn for the plane's goroutine without waiting for it; once
+// the plane has stopped, fn is dropped.
 func (p *Plane) post(fn func()) {
-	p.cmds <- fn
+	select {
+	case p.cmds <- fn:
+	case <-p.ended:
+	}
 }
 
 // Kick wakes the plane now (the spool calls it when usage becomes durable).
@@ -159,14 +164,40 @@ func (p *Plane) Kick() {
 }
 
 // Do runs fn on the plane's goroutine with the machine and waits for it.
-func (p *Plane) Do(fn func(m *plane.Machine, now int64)) {
+// Once the plane has stopped, fn does not run and Do returns at once: a
+// publisher racing the node's shutdown (the fleet's followers, the
+// provisioner) must not wait forever for a loop that is gone.
+func (p *Plane) Do(fn func(m *plane.Machine, now int64)) { p.do(fn) }
+
+// do is Do, reporting whether fn ran.
+func (p *Plane) do(fn func(m *plane.Machine, now int64)) bool {
 	done := make(chan struct{})
-	p.cmds <- func() { fn(p.m, p.cfg.Now()); close(done) }
-	<-done
+	select {
+	case p.cmds <- func() { fn(p.m, p.cfg.Now()); close(done) }:
+	case <-p.ended:
+		return false
+	}
+	select {
+	case <-done:
+		return true
+	case <-p.ended:
+		// Run drains nothing after it ends: fn ran only if it was
+		// taken before.
+		select {
+		case <-done:
+			return true
+		default:
+			return false
+		}
+	}
 }
+
+// ErrStopped reports a change offered to a plane that has stopped.
+var ErrStopped = errors.New("control: the plane has stopped")
 
 // Run is the plane's loop; it returns when stop is closed.
 func (p *Plane) Run(stop <-chan struct{}) {
+	defer close(p.ended) // last: the worker's results still run below
 	p.worker.start()
 	defer p.stopWorker()
 	bells := p.watchBells()
@@ -486,7 +517,9 @@ func (p *Plane) provision(f func(m *plane.Machine, now int64) error) error {
 	deadline := time.Now().Add(provisionWait)
 	for {
 		var err error
-		p.Do(func(m *plane.Machine, now int64) { err = f(m, now) })
+		if !p.do(func(m *plane.Machine, now int64) { err = f(m, now) }) {
+			return ErrStopped
+		}
 		if !errors.Is(err, plane.ErrBusy) || time.Now().After(deadline) {
 			return err
 		}

@@ -3,11 +3,17 @@ package control
 import (
 	"bytes"
 	"context"
+	"errors"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/tollgated/tollgated/control/plane"
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/ledger"
+	"github.com/tollgated/tollgated/ledger/boltstore"
+	"github.com/tollgated/tollgated/ring"
+	"github.com/tollgated/tollgated/shard"
 )
 
 const rateLimits = `"request_rate":2000,"request_burst":200`
@@ -254,5 +260,54 @@ func TestAnIdleAccountsLeaseIsHandedBackOnce(t *testing.T) {
 	acct, _ := nd.store.Account(context.Background(), "acme")
 	if acct.Loss != 0 || acct.Outstanding != 0 {
 		t.Fatalf("handed back with loss %d, outstanding %d", acct.Loss, acct.Outstanding)
+	}
+}
+
+// TestAStoppedPlaneTurnsPublishersAway: a publisher that races the node's
+// shutdown — a fleet follower refreshing funding, the provisioner — used to
+// wait forever for a plane whose loop had ended, and the node never
+// exited. Once Run has returned, Do and FundingChanged return at once and
+// a provisioning change is ErrStopped.
+func TestAStoppedPlaneTurnsPublishersAway(t *testing.T) {
+	store, err := boltstore.Open(filepath.Join(t.TempDir(), "ledger.db"), boltstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	inR, _ := ring.New[shard.Inbound](16)
+	outR, _ := ring.New[shard.Outbound](16)
+	in, _ := ring.NewDoorbell(inR)
+	out, _ := ring.NewDoorbell(outR)
+	p, err := New(Config{Store: store, Spool: &memSpool{}, Holder: "test-node", Lease: LeaseConfig{TTL: time.Minute}},
+		[]Link{{In: in, Out: out}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	ran := make(chan struct{})
+	go func() { p.Run(stop); close(ran) }()
+	did := false
+	p.Do(func(*plane.Machine, int64) { did = true })
+	if !did {
+		t.Fatal("a running plane did not run a command")
+	}
+	close(stop)
+	<-ran
+	done := make(chan error, 1)
+	go func() {
+		p.FundingChanged("acme", core.FundingEvidence{Remaining: 1})
+		p.Do(func(*plane.Machine, int64) { t.Error("a stopped plane ran a command") })
+		for range 2000 { // more than the command queue holds
+			p.post(func() {})
+		}
+		done <- p.Install(&core.Snapshot{Account: "acme"})
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrStopped) {
+			t.Fatalf("Install on a stopped plane: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a publisher still waits for a plane that stopped")
 	}
 }

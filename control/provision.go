@@ -191,6 +191,16 @@ func (v *Provisioner) RefreshFunding(ids []core.AccountID) (err error) {
 	defer cancel()
 	ctx, span := startSpan(ctx, "provision.funding", attrAccounts.Int(len(ids)))
 	defer func() { endSpan(span, err) }()
+	if s, ok := v.store.(evidenceBelow); ok {
+		evs, err := s.EvidenceBelow(ctx, ids)
+		if err != nil {
+			return err
+		}
+		for id, ev := range evs {
+			v.plane.FundingChanged(id, ev)
+		}
+		return nil
+	}
 	for _, id := range ids {
 		tree, err := v.subtree(ctx, id)
 		if err != nil {
@@ -201,6 +211,13 @@ func (v *Provisioner) RefreshFunding(ids []core.AccountID) (err error) {
 		}
 	}
 	return nil
+}
+
+// evidenceBelow is a ledger that reads the evidence of whole subtrees in
+// one transaction (pgstore): RefreshFunding's ledger work is then one
+// statement however many accounts it names.
+type evidenceBelow interface {
+	EvidenceBelow(ctx context.Context, ids []core.AccountID) (map[core.AccountID]ledger.Evidence, error)
 }
 
 // RefreshAllFunding republishes every account's funding evidence: what a

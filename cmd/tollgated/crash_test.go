@@ -39,6 +39,12 @@ func load(ctx context.Context, addr, key string, conns int) *acked {
 // acknowledged is exactly what the server billed. A request not answered
 // within timeout ends its connection's load.
 func loadUntil(ctx context.Context, stop <-chan struct{}, addr, key string, conns int, timeout time.Duration) *acked {
+	return loadPaced(ctx, stop, addr, key, conns, timeout, nil)
+}
+
+// loadPaced is loadUntil with each check waiting for a tick of pace first
+// (nil: no pacing), so that conns connections share pace's rate.
+func loadPaced(ctx context.Context, stop <-chan struct{}, addr, key string, conns int, timeout time.Duration, pace <-chan struct{}) *acked {
 	a := &acked{units: make(map[string]uint64), denied: make(map[string]int)}
 	var wg sync.WaitGroup
 	for range conns {
@@ -47,6 +53,15 @@ func loadUntil(ctx context.Context, stop <-chan struct{}, addr, key string, conn
 			defer wg.Done()
 			client := &http.Client{Timeout: timeout, Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
 			for ctx.Err() == nil && !closed(stop) {
+				if pace != nil {
+					select {
+					case <-pace:
+					case <-stop:
+						return
+					case <-ctx.Done():
+						return
+					}
+				}
 				req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+addr+"/v1/check",
 					strings.NewReader(`{"permission":"chat","workload":[{"op":"requests","count":1}]}`))
 				req.Header.Set("Authorization", "Bearer "+key)

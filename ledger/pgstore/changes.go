@@ -160,7 +160,7 @@ func (e errListener) Error() string { return e.err.Error() }
 // failure, backing off from 50 ms to 5 s. It returns when ctx ends (with
 // ctx's error) or fn returns an error (with that error).
 func (s *Store) Listen(ctx context.Context, fn func(last uint64) error) error {
-	return s.listenLoop(ctx, NotifyChannel,
+	return s.listenLoop(ctx, NotifyChannel, "tollgated-listen",
 		func(ctx context.Context, conn *pgx.Conn) error {
 			last, err := lastChange(ctx, conn)
 			if err != nil {
@@ -180,15 +180,16 @@ func (s *Store) Listen(ctx context.Context, fn func(last uint64) error) error {
 		})
 }
 
-// listenLoop listens on channel until ctx ends or a callback fails:
+// listenLoop listens on channel, on a connection named app (its
+// application_name), until ctx ends or a callback fails:
 // connected runs after each (re)connection (an errListener it returns ends
 // the loop, any other error reconnects), notified with each notification's
 // payload (any error ends the loop).
-func (s *Store) listenLoop(ctx context.Context, channel string, connected func(context.Context, *pgx.Conn) error, notified func(payload string) error) error {
+func (s *Store) listenLoop(ctx context.Context, channel, app string, connected func(context.Context, *pgx.Conn) error, notified func(payload string) error) error {
 	backoff := listenBackoffMin
 	for {
 		started := time.Now()
-		err := s.listen(ctx, channel, connected, notified)
+		err := s.listen(ctx, channel, app, connected, notified)
 		var stop errListener
 		switch {
 		case ctx.Err() != nil:
@@ -210,9 +211,9 @@ func (s *Store) listenLoop(ctx context.Context, channel string, connected func(c
 
 // listen is one connection's life: LISTEN, run connected, then pass every
 // notification to notified until the connection fails.
-func (s *Store) listen(ctx context.Context, channel string, connected func(context.Context, *pgx.Conn) error, notified func(payload string) error) error {
+func (s *Store) listen(ctx context.Context, channel, app string, connected func(context.Context, *pgx.Conn) error, notified func(payload string) error) error {
 	cfg := s.connCfg.Copy()
-	cfg.RuntimeParams["application_name"] = "tollgated-listen"
+	cfg.RuntimeParams["application_name"] = app
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return err

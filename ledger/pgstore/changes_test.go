@@ -150,11 +150,14 @@ func TestEveryConfigurationChangeIsLogged(t *testing.T) {
 
 // endListeners ends the backends of s's listeners, as a network failure or
 // a database restart would, and reports how many it ended.
-func endListeners(t *testing.T, s *Store) int {
+func endListeners(t *testing.T, s *Store) int { return endConnections(t, s, "tollgated-listen") }
+
+// endConnections ends the connections named app of s's database.
+func endConnections(t *testing.T, s *Store, app string) int {
 	t.Helper()
 	var n int
 	err := s.pool.QueryRow(t.Context(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-		WHERE application_name = 'tollgated-listen' AND datname = current_database()`).Scan(&n)
+		WHERE application_name = $1 AND datname = current_database()`, app).Scan(&n)
 	if err != nil {
 		t.Error(err) // not Fatal: also called from workers
 	}

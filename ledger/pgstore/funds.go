@@ -25,6 +25,7 @@ package pgstore
 
 import (
 	"context"
+	"fmt"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -124,7 +125,7 @@ func parseFunds(payload string) (ids []core.AccountID, all bool) {
 // sequential; it uses a connection of its own, reconnects as Listen does,
 // and returns when ctx ends or fn returns an error.
 func (s *Store) FollowFunds(ctx context.Context, fn func(ids []core.AccountID, all bool) error) error {
-	return s.listenLoop(ctx, FundsChannel,
+	return s.listenLoop(ctx, FundsChannel, "tollgated-funds",
 		func(context.Context, *pgx.Conn) error {
 			if err := fn(nil, true); err != nil {
 				return errListener{err}
@@ -138,4 +139,88 @@ func (s *Store) FollowFunds(ctx context.Context, fn func(ids []core.AccountID, a
 			}
 			return fn(ids, all)
 		})
+}
+
+// subtreesSQL selects every account in the subtrees of $1 (the accounts
+// themselves included) and every ancestor of theirs, in one statement.
+const subtreesSQL = `WITH RECURSIVE below (id) AS (
+		SELECT id FROM accounts WHERE id = ANY($1::text[])
+		UNION
+		SELECT a.id FROM accounts a JOIN below b ON a.parent = b.id),
+	above (id, parent) AS (
+		SELECT id, parent FROM accounts WHERE id = ANY($1::text[])
+		UNION
+		SELECT a.id, a.parent FROM accounts a JOIN above u ON a.id = u.parent)
+	SELECT ` + accountColumns + ` FROM accounts
+	WHERE id IN (SELECT id FROM below) OR id IN (SELECT id FROM above)`
+
+// EvidenceBelow returns the funding evidence of ids and of every account
+// below them, read in one statement of one transaction: what a node
+// republishes when funds announcements name ids. Unknown ids are left out.
+func (s *Store) EvidenceBelow(ctx context.Context, ids []core.AccountID) (map[core.AccountID]ledger.Evidence, error) {
+	valid := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if id.Validate() == nil {
+			valid = append(valid, string(id))
+		}
+	}
+	out := make(map[core.AccountID]ledger.Evidence)
+	if len(valid) == 0 {
+		return out, nil
+	}
+	err := s.view(ctx, func(tx pgx.Tx) error {
+		clear(out)
+		rows, err := tx.Query(ctx, subtreesSQL, valid)
+		if err != nil {
+			return err
+		}
+		accounts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*ledger.Account, error) {
+			a, err := scanAccount(row)
+			return &a, err
+		})
+		if err != nil {
+			return err
+		}
+		return evidenceBelow(accounts, valid, out)
+	})
+	return out, err
+}
+
+// evidenceBelow computes into out the evidence of every account of
+// accounts in the subtree of one of roots, over its chain (which accounts
+// holds: the query selects the roots' ancestors too).
+func evidenceBelow(accounts []*ledger.Account, roots []string, out map[core.AccountID]ledger.Evidence) error {
+	byID := make(map[core.AccountID]*ledger.Account, len(accounts))
+	for _, a := range accounts {
+		byID[a.ID] = a
+	}
+	isRoot := make(map[core.AccountID]bool, len(roots))
+	for _, r := range roots {
+		isRoot[core.AccountID(r)] = true
+	}
+	for _, a := range accounts {
+		an, below := make(ledger.Ancestry, 0, 3), false
+		for next := a; next != nil; next = byID[next.Parent] {
+			if len(an) == 3 {
+				return fmt.Errorf("%w: ancestry of %s is deeper than three", ErrCorrupt, a.ID)
+			}
+			an = append(an, next)
+			below = below || isRoot[next.ID]
+			if next.Parent == "" {
+				break
+			}
+		}
+		if !below {
+			continue // an ancestor of a root, selected for the chains
+		}
+		if last := an[len(an)-1]; last.Parent != "" {
+			return fmt.Errorf("%w: ancestry of %s: %s's parent %s is missing", ErrCorrupt, a.ID, last.ID, last.Parent)
+		}
+		ev, err := ledger.EvidenceOf(an.Chain())
+		if err != nil {
+			return err
+		}
+		out[a.ID] = ev
+	}
+	return nil
 }

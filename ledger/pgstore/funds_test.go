@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -71,7 +72,7 @@ func TestFundsAreAnnouncedWhenWhatAnAccountCanSpendMoves(t *testing.T) {
 	if _, err := s.Settle(ctx, st, t0+2); err != nil {
 		t.Fatal(err)
 	}
-	next("org") // agent, ws and org moved; org's subtree covers them
+	next("org")                                        // agent, ws and org moved; org's subtree covers them
 	if _, err := s.Settle(ctx, st, t0+2); err != nil { // replayed: nothing moves
 		t.Fatal(err)
 	}
@@ -97,7 +98,7 @@ func TestFundsAreAnnouncedWhenWhatAnAccountCanSpendMoves(t *testing.T) {
 	}
 	next("org") // the forfeit's loss moved what the chain can spend
 
-	if n := endListeners(t, s); n != 1 {
+	if n := endConnections(t, s, "tollgated-funds"); n != 1 {
 		t.Fatalf("ended %d listener connections, want 1", n)
 	}
 	next("*")
@@ -144,5 +145,52 @@ func TestFundsPayloads(t *testing.T) {
 	x.funds = x.funds[:3]
 	if p, want := x.fundsPayload(), string(x.funds[0]+" "+x.funds[1]+" "+x.funds[2]); p != want {
 		t.Fatalf("payload %q, want %q", p, want)
+	}
+}
+
+// TestEvidenceBelowAgreesWithEvidence: the one-statement read of whole
+// subtrees gives each account below the named ones the evidence Evidence
+// gives it, and nothing for accounts outside them.
+func TestEvidenceBelowAgreesWithEvidence(t *testing.T) {
+	s, _ := openFresh(t, Options{})
+	ctx := t.Context()
+	for _, a := range []struct {
+		id, parent core.AccountID
+		unmetered  bool
+	}{
+		{"org", "", false}, {"ws1", "org", false}, {"ws2", "org", true}, {"a1", "ws1", false}, {"a2", "ws1", false},
+		{"a3", "ws2", false}, {"a4", "ws2", true}, {"lone", "", false},
+	} {
+		mustCreate(t, s, a.id, a.parent, a.unmetered)
+	}
+	for id, units := range map[core.AccountID]core.CostUnits{"org": 900, "ws1": 300, "a1": 40, "a2": 500, "a3": 70, "lone": 5} {
+		mustDeposit(t, s, id, units)
+	}
+	if _, _, err := s.Acquire(ctx, "a2", "node-a", 100, 0, hour, t0); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		ids  []core.AccountID
+		want []core.AccountID
+	}{
+		{[]core.AccountID{"org"}, []core.AccountID{"a1", "a2", "a3", "a4", "org", "ws1", "ws2"}},
+		{[]core.AccountID{"ws1"}, []core.AccountID{"a1", "a2", "ws1"}},
+		{[]core.AccountID{"a3", "lone"}, []core.AccountID{"a3", "lone"}},
+		{[]core.AccountID{"ws2"}, []core.AccountID{"a3", "a4", "ws2"}}, // unmetered: the org's evidence
+		{[]core.AccountID{"nobody", "BAD"}, nil},
+	} {
+		got, err := s.EvidenceBelow(ctx, c.ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ids := slices.Sorted(maps.Keys(got)); !slices.Equal(ids, c.want) {
+			t.Fatalf("EvidenceBelow(%v) covers %v, want %v", c.ids, ids, c.want)
+		}
+		for id, ev := range got {
+			want, err := s.Evidence(ctx, id)
+			if err != nil || ev != want {
+				t.Fatalf("EvidenceBelow(%v)[%s] = %+v, Evidence says %+v (%v)", c.ids, id, ev, want, err)
+			}
+		}
 	}
 }
