@@ -112,6 +112,42 @@ func (c *checker) until(t *testing.T, start time.Time, status int, code string, 
 // times it measures, beside a check's round trip.
 const pollPause = time.Millisecond
 
+// measureWith makes a change through node 0 and times, on each node of
+// others, the first probe that answers status, from the change's commit
+// (the change log's newest entry) and from before the change was asked.
+func measureWith(t *testing.T, db *pgx.Conn, kind string, lags, fromRequest map[string][]time.Duration,
+	others []*checker, change func(), probe func(*checker) int, status int) {
+	t.Helper()
+	start := time.Now()
+	change()
+	var committed time.Time
+	if err := db.QueryRow(t.Context(), "SELECT at FROM changes ORDER BY id DESC LIMIT 1").Scan(&committed); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, c := range others {
+		wg.Go(func() {
+			for probe(c) != status {
+				if time.Since(start) > 5*time.Second {
+					t.Errorf("%s: %s not seen within 5 s (last probe: %d)", c.addr, kind, probe(c))
+					return
+				}
+				time.Sleep(pollPause)
+			}
+			seen := time.Now()
+			mu.Lock()
+			lags[kind] = append(lags[kind], seen.Sub(committed))
+			fromRequest[kind] = append(fromRequest[kind], seen.Sub(start))
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+}
+
 // percentile is the p-th percentile (0 < p ≤ 1) of ds, nearest rank.
 func percentile(ds []time.Duration, p float64) time.Duration {
 	s := slices.Clone(ds)
@@ -156,27 +192,13 @@ func TestFleetPropagatesAdminChanges(t *testing.T) {
 	lags := make(map[string][]time.Duration)        // by kind of change, from its commit
 	fromRequest := make(map[string][]time.Duration) // by kind, from before node 0 was asked
 	measure := func(kind string, change func(), status int, code string) {
-		start := time.Now()
-		change()
-		var committed time.Time
-		if err := db.QueryRow(t.Context(), "SELECT at FROM changes ORDER BY id DESC LIMIT 1").Scan(&committed); err != nil {
-			t.Fatal(err)
-		}
-		var mu sync.Mutex
-		var wg sync.WaitGroup
-		for _, c := range others {
-			wg.Go(func() {
-				seen := c.until(t, start, status, code, 5*time.Second)
-				mu.Lock()
-				lags[kind] = append(lags[kind], seen.Sub(committed))
-				fromRequest[kind] = append(fromRequest[kind], seen.Sub(start))
-				mu.Unlock()
-			})
-		}
-		wg.Wait()
-		if t.Failed() {
-			t.FailNow()
-		}
+		t.Helper()
+		measureWith(t, db, kind, lags, fromRequest, others, change, func(c *checker) int {
+			if st, got := c.check(t); code == "" || got == code {
+				return st
+			}
+			return 0
+		}, status)
 	}
 	setStatus := func(s string) func() {
 		return func() { a.adminCall("POST", "/v1/accounts/fleet/status", map[string]any{"status": s}, http.StatusOK) }
@@ -200,11 +222,43 @@ func TestFleetPropagatesAdminChanges(t *testing.T) {
 			a.adminCall("DELETE", "/v1/accounts/fleet/keys/"+keyID, nil, http.StatusOK)
 		}, http.StatusUnauthorized, "unknown-principal")
 	}
+	for _, c := range others {
+		c.key = key // the last new key is revoked
+	}
+	setPolicy := func(perm string) func() {
+		return func() {
+			a.adminCall("PUT", "/v1/accounts/fleet/policy", map[string]any{
+				"permissions": []string{perm},
+				"operations":  map[string]any{"requests": map[string]any{"weight": 1}},
+				"limits":      map[string]any{"max_items": 10, "hold_timeout_ms": 30000},
+			}, http.StatusOK)
+		}
+	}
+	for range 20 {
+		measure("policy", setPolicy("embed"), http.StatusForbidden, "missing-permission")
+		measure("policy", setPolicy("chat"), http.StatusOK, "")
+	}
+	// Platform tokens: /v1/admission on the other nodes.
+	for range 20 {
+		var tok, tokID string
+		probe := func(c *checker) int {
+			st, _, _ := httpCall(t, "GET", "http://"+c.addr+"/v1/admission?agent_id=fleet", "Bearer "+tok, nil)
+			return st
+		}
+		measureWith(t, db, "platform token", lags, fromRequest, others, func() {
+			m := a.adminCall("POST", "/v1/platform-tokens", nil, http.StatusCreated)
+			tok, _ = m["token"].(string)
+			tokID, _ = m["id"].(string)
+		}, probe, http.StatusOK)
+		measureWith(t, db, "platform token", lags, fromRequest, others, func() {
+			a.adminCall("DELETE", "/v1/platform-tokens/"+tokID, nil, http.StatusOK)
+		}, probe, http.StatusUnauthorized)
+	}
 	if t.Failed() {
 		return
 	}
 	var bounded []time.Duration
-	for _, kind := range []string{"suspension", "new key", "key revocation", "reactivation"} {
+	for _, kind := range []string{"suspension", "new key", "key revocation", "policy", "platform token", "reactivation"} {
 		ds, rs := lags[kind], fromRequest[kind]
 		t.Logf("%-14s %3d samples: from commit p50 %6.2f ms, p99 %6.2f ms, max %6.2f ms; from the admin request p50 %6.2f ms, p99 %6.2f ms",
 			kind, len(ds), ms(percentile(ds, 0.5)), ms(percentile(ds, 0.99)), ms(percentile(ds, 1)),
@@ -214,7 +268,7 @@ func TestFleetPropagatesAdminChanges(t *testing.T) {
 		}
 	}
 	p50, p99 := percentile(bounded, 0.5), percentile(bounded, 0.99)
-	t.Logf("suspensions, new keys, revocations on 2 nodes: %d samples, from commit p50 %.2f ms, p99 %.2f ms (bound %v)",
+	t.Logf("suspensions, keys, revocations, policies, platform tokens on 2 nodes: %d samples, from commit p50 %.2f ms, p99 %.2f ms (bound %v)",
 		len(bounded), ms(p50), ms(p99), testedPropagationBound())
 	for _, n := range nodes[1:] {
 		within, total := changeLag(t, n, propagationBound)
@@ -449,13 +503,18 @@ func TestFleetAdmissionIsFleetWide(t *testing.T) {
 		a.adminCall("POST", "/v1/accounts/org/deposits", map[string]any{"units": round, "idempotency_key": fmt.Sprintf("round-%d", r)}, http.StatusCreated)
 		admitted = append(admitted, until("other", `"decision":"admit"`, deposited))
 	}
-	t.Logf("node 1 denied an org spent through node 0 after %v (its refusal to node 1's deny), admitted it again after %v (deposit to admit); bound %v",
+	// A budget is a change like a deposit: the org, spent, gets a daily
+	// allowance through node 0, and node 1 admits it again.
+	budgeted := time.Now()
+	a.adminCall("PUT", "/v1/accounts/org/budget", map[string]any{"allowance": round, "period": "day"}, http.StatusOK)
+	admitted = append(admitted, until("other", `"decision":"admit"`, budgeted))
+	t.Logf("node 1 denied an org spent through node 0 after %v (its refusal to node 1's deny), admitted it again after %v (deposit, or the last: a budget, to admit); bound %v",
 		denied, admitted, bound)
 	if worst := slices.Max(denied); worst > bound {
 		t.Errorf("node 1 denied an org spent through node 0 %v after node 0 refused it, bound %v", worst, bound)
 	}
 	if worst := slices.Max(admitted); worst > bound {
-		t.Errorf("node 1 admitted an org topped up through node 0 %v after the deposit, bound %v", worst, bound)
+		t.Errorf("node 1 admitted an org topped up through node 0 %v after the deposit or budget, bound %v", worst, bound)
 	}
 }
 
