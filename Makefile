@@ -77,10 +77,11 @@ bench-http:
 
 # bench-fleet: what a fleet costs its PostgreSQL (ledger transactions and
 # PostgreSQL CPU per 1,000 durable checks; checks per tollgated CPU-second),
-# one node and then two on a durable cluster of their own, and how fast an
-# admin change reaches the other nodes (p50/p99). About a minute.
+# one node and then two on a durable cluster of their own, how fast an
+# admin change reaches the other nodes (p50/p99), and how fast spending
+# through one node shows on another's /v1/admission. About two minutes.
 bench-fleet:
-	TOLLGATED_FLEET_BENCH=1 $(GO) test -count=1 -run 'TestFleetCost$$|TestFleetPropagatesAdminChanges$$' -v ./cmd/tollgated/ | grep -E 'node\(s\)|samples|^(ok|FAIL|---)'
+	TOLLGATED_FLEET_BENCH=1 $(GO) test -count=1 -run 'TestFleetCost$$|TestFleetPropagatesAdminChanges$$|TestFleetAdmissionIsFleetWide$$' -v ./cmd/tollgated/ | grep -E 'node\(s\)|samples|denied|^(ok|FAIL|---)'
 
 clean:
 	rm -rf $(BIN)

@@ -562,10 +562,18 @@ func (p *Plane) MarkReady() error {
 	return p.provision(func(m *plane.Machine, _ int64) error { return m.Ready() })
 }
 
-// FundingChanged publishes new evidence for id and lets a refused account
-// ask the ledger again.
-func (p *Plane) FundingChanged(id core.AccountID, ev core.FundingEvidence) {
-	p.Do(func(m *plane.Machine, now int64) { m.Evidence(id, ev, now) })
+// FundingChanged publishes new evidence for every account of evs, in one
+// command (a fleet refreshes whole subtrees at once); an account the
+// ledger had refused asks again if its evidence shows more money.
+func (p *Plane) FundingChanged(evs map[core.AccountID]core.FundingEvidence) {
+	if len(evs) == 0 {
+		return
+	}
+	p.Do(func(m *plane.Machine, now int64) {
+		for id, ev := range evs {
+			m.Evidence(id, ev, now)
+		}
+	})
 }
 
 // HandBackLeases retires every node lease, for shutdown (after the shards

@@ -67,7 +67,9 @@ type Target interface {
 	RevokeKey(d credential.Digest) error
 	BindPlatformToken(d credential.Digest) error
 	RevokePlatformToken(d credential.Digest) error
-	FundingChanged(id core.AccountID, ev core.FundingEvidence)
+	// FundingChanged publishes the evidence of every account of evs, in
+	// one step of the plane.
+	FundingChanged(evs map[core.AccountID]core.FundingEvidence)
 }
 
 // NewProvisioner returns a provisioner publishing store's state to p.
@@ -158,27 +160,76 @@ func rank(s core.Status) int {
 }
 
 // refreshEvidence reads ids' funding evidence from the ledger and publishes
-// it; accounts the ledger had refused funding may ask again.
+// it, in one plane command; accounts the ledger had refused funding may ask
+// again if it shows more money.
 func (v *Provisioner) refreshEvidence(ctx context.Context, ids []core.AccountID) error {
+	evs := make(map[core.AccountID]ledger.Evidence, len(ids))
 	for _, id := range ids {
 		ev, err := v.store.Evidence(ctx, id)
 		if err != nil {
 			return err
 		}
-		v.plane.FundingChanged(id, ev)
+		evs[id] = ev
+	}
+	v.plane.FundingChanged(evs)
+	return nil
+}
+
+// refreshBelow republishes the evidence of roots and of every account
+// below them: on a ledger that reads whole subtrees (pgstore), one
+// statement and one plane command per rootsPerRead roots.
+func (v *Provisioner) refreshBelow(ctx context.Context, roots []core.AccountID) error {
+	s, ok := v.store.(evidenceBelow)
+	if !ok {
+		for _, id := range roots {
+			tree, err := v.subtree(ctx, id)
+			if err != nil {
+				return err
+			}
+			if err := v.refreshEvidence(ctx, tree); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for len(roots) > 0 {
+		n := min(len(roots), rootsPerRead)
+		evs, err := s.EvidenceBelow(ctx, roots[:n])
+		if err != nil {
+			return err
+		}
+		v.plane.FundingChanged(evs)
+		roots = roots[n:]
 	}
 	return nil
 }
 
-// refreshAll republishes every account's funding evidence.
+// rootsPerRead bounds the subtrees one EvidenceBelow reads, and so the
+// rows of one statement and the evidence of one plane command.
+const rootsPerRead = 256
+
+// evidenceBelow is a ledger that reads the evidence of whole subtrees in
+// one statement (pgstore).
+type evidenceBelow interface {
+	EvidenceBelow(ctx context.Context, ids []core.AccountID) (map[core.AccountID]ledger.Evidence, error)
+}
+
+// refreshAll republishes every account's funding evidence: subtree by
+// subtree from the roots, on a ledger that reads them whole.
 func (v *Provisioner) refreshAll(ctx context.Context) error {
 	all, err := v.store.Accounts(ctx)
 	if err != nil {
 		return err
 	}
-	ids := make([]core.AccountID, len(all))
-	for i, a := range all {
-		ids[i] = a.ID
+	ids := make([]core.AccountID, 0, len(all))
+	_, whole := v.store.(evidenceBelow)
+	for _, a := range all {
+		if !whole || a.Parent == "" {
+			ids = append(ids, a.ID)
+		}
+	}
+	if whole {
+		return v.refreshBelow(ctx, ids)
 	}
 	return v.refreshEvidence(ctx, ids)
 }
@@ -186,49 +237,28 @@ func (v *Provisioner) refreshAll(ctx context.Context) error {
 // RefreshFunding republishes the funding evidence of ids and of every
 // account below them: usage on another node of a fleet moved what they
 // can spend (fleet.Funds).
-func (v *Provisioner) RefreshFunding(ids []core.AccountID) (err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), provisionTimeout)
+func (v *Provisioner) RefreshFunding(ctx context.Context, ids []core.AccountID) (err error) {
+	ctx, cancel := context.WithTimeout(ctx, provisionTimeout)
 	defer cancel()
 	ctx, span := startSpan(ctx, "provision.funding", attrAccounts.Int(len(ids)))
 	defer func() { endSpan(span, err) }()
-	if s, ok := v.store.(evidenceBelow); ok {
-		evs, err := s.EvidenceBelow(ctx, ids)
-		if err != nil {
-			return err
-		}
-		for id, ev := range evs {
-			v.plane.FundingChanged(id, ev)
-		}
-		return nil
-	}
-	for _, id := range ids {
-		tree, err := v.subtree(ctx, id)
-		if err != nil {
-			return err
-		}
-		if err := v.refreshEvidence(ctx, tree); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// evidenceBelow is a ledger that reads the evidence of whole subtrees in
-// one transaction (pgstore): RefreshFunding's ledger work is then one
-// statement however many accounts it names.
-type evidenceBelow interface {
-	EvidenceBelow(ctx context.Context, ids []core.AccountID) (map[core.AccountID]ledger.Evidence, error)
+	return v.refreshBelow(ctx, ids)
 }
 
 // RefreshAllFunding republishes every account's funding evidence: what a
-// node of a fleet does when it may have missed announcements.
-func (v *Provisioner) RefreshAllFunding() (err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), provisionTimeout)
+// node of a fleet does when it may have missed announcements. It may take
+// longer than one change (refreshAllTimeout): it reads the whole ledger.
+func (v *Provisioner) RefreshAllFunding(ctx context.Context) (err error) {
+	ctx, cancel := context.WithTimeout(ctx, refreshAllTimeout)
 	defer cancel()
 	ctx, span := startSpan(ctx, "provision.funding_all")
 	defer func() { endSpan(span, err) }()
 	return v.refreshAll(ctx)
 }
+
+// refreshAllTimeout bounds RefreshAllFunding: a ledger of a million
+// accounts reads in a few seconds subtree by subtree.
+const refreshAllTimeout = time.Minute
 
 // UsageChanged is the exporter's hook: post-paid usage moved balances of
 // ids' chains, so every account sharing a root with them is refreshed.

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/ledger"
 )
 
@@ -113,5 +114,52 @@ func TestKeysUsedReachTheLedger(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("last use never recorded: %v", got)
 		}
+	}
+}
+
+// TestEvidenceRefreshesKeepARefusedAccountsBackOff: a fleet republishes an
+// org's evidence whenever anyone under it settles. Each such refresh used
+// to reset the back-off of an account the ledger had refused, so an
+// exhausted account hammered by clients cost a ledger call per refresh
+// (40 in 2 s against 1 without). Evidence that shows no more money is not
+// news: the back-off stands.
+func TestEvidenceRefreshesKeepARefusedAccountsBackOff(t *testing.T) {
+	nd := newNode(t, 2, LeaseConfig{TTL: time.Minute, MinLease: 40})
+	nd.open("acme", "key-acme", 100, "")
+	if _, last, _ := nd.spend([]int{0, 1}, "key-acme", 10*time.Second); last != 402 {
+		t.Fatalf("not exhausted: %d", last)
+	}
+	calls := func() uint64 {
+		f := nd.stats().Funding
+		return f.Acquired + f.Extended + f.Refused + f.Errors
+	}
+	time.Sleep(200 * time.Millisecond)
+	before := calls()
+	stop := make(chan struct{})
+	refreshed := make(chan int)
+	go func() {
+		n := 0
+		defer func() { refreshed <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+				if err := nd.prov.RefreshFunding(context.Background(), []core.AccountID{"acme"}); err != nil {
+					t.Error(err)
+				}
+				n++
+			}
+		}
+	}()
+	nd.hammer([]int{0, 1}, "key-acme", 2*time.Second)
+	close(stop)
+	n := <-refreshed
+	// The back-off alone allows a few calls in 2 s (it starts short and
+	// doubles); a call per refresh would be about n.
+	if got := calls() - before; got > 8 {
+		t.Fatalf("an exhausted account made %d ledger calls in 2 s of load and %d unchanged evidence refreshes", got, n)
+	} else {
+		t.Logf("%d ledger calls in 2 s of load and %d unchanged evidence refreshes", got, n)
 	}
 }

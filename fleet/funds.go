@@ -20,19 +20,21 @@ type FundsSource interface {
 type Refresher interface {
 	// RefreshFunding republishes the evidence of ids and of every account
 	// below them.
-	RefreshFunding(ids []core.AccountID) error
+	RefreshFunding(ctx context.Context, ids []core.AccountID) error
 	// RefreshAllFunding republishes every account's evidence.
-	RefreshAllFunding() error
+	RefreshAllFunding(ctx context.Context) error
 }
 
 // Funds keeps a node's funding evidence — what /v1/admission decides from,
 // and what the shards refuse from before asking for a lease — in step with
 // spending on every node. Each node settles its usage about every 100 ms;
 // the ledger announces whose funding moved; Funds reads their evidence
-// again and publishes it. Announcements are coalesced: at most one refresh
-// runs at a time and they start at least Every apart, so the ledger reads
-// grow with the accounts being spent from and with time, not with
-// requests, however many nodes settle.
+// (their subtrees') again and publishes it. Announcements are coalesced:
+// one refresh runs at a time, and the next starts Every after it began or
+// as long after it ended as it took, whichever is later, so refreshing
+// takes at most half of a node's time with the ledger however large the
+// subtrees being spent from, and the reads grow with them and with time,
+// not with requests, however many nodes settle.
 type Funds struct {
 	Source  FundsSource
 	Refresh Refresher
@@ -48,7 +50,7 @@ type Funds struct {
 
 	mu      sync.Mutex
 	pending map[core.AccountID]bool
-	all     bool
+	all     bool // everything is pending besides: kept apart, a failing full pass must not hold up the accounts named
 	wake    chan struct{}
 }
 
@@ -57,7 +59,7 @@ type Funds struct {
 const DefaultFundsEvery = 20 * time.Millisecond
 
 // maxPendingFunds bounds the accounts waiting for a refresh; past it, the
-// next refresh reads every account instead.
+// next refresh reads every account instead of them.
 const maxPendingFunds = 4096
 
 // Run follows the announcements until ctx ends (it returns ctx's error).
@@ -81,13 +83,15 @@ func (f *Funds) Run(ctx context.Context) error {
 // note adds an announcement to what the next refresh reads.
 func (f *Funds) note(ids []core.AccountID, all bool) {
 	f.mu.Lock()
-	if all || len(f.pending)+len(ids) > maxPendingFunds {
+	if all {
 		f.all = true
-		clear(f.pending)
-	} else if !f.all {
-		for _, id := range ids {
-			f.pending[id] = true
+	}
+	for _, id := range ids {
+		if len(f.pending) >= maxPendingFunds {
+			f.all = true // covers the rest
+			break
 		}
+		f.pending[id] = true
 	}
 	f.mu.Unlock()
 	select {
@@ -113,7 +117,7 @@ func (f *Funds) refreshLoop(ctx context.Context) {
 	if every <= 0 {
 		every = DefaultFundsEvery
 	}
-	backoff := retryMin
+	named, whole := retryMin, retryMin // back-offs of the two kinds of refresh
 	for {
 		select {
 		case <-ctx.Done():
@@ -122,38 +126,54 @@ func (f *Funds) refreshLoop(ctx context.Context) {
 		}
 		started := time.Now()
 		ids, all := f.take()
-		if err := f.refresh(ids, all); err != nil {
-			if f.OnError != nil {
-				f.OnError(err)
+		if len(ids) > 0 {
+			if err := f.Refresh.RefreshFunding(ctx, ids); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				f.failed(err)
+				f.note(ids, all) // again, with whatever arrives meanwhile
+				if !sleep(ctx, named) {
+					return
+				}
+				named = min(2*named, retryMax)
+				continue
 			}
-			f.note(ids, all) // again, with whatever arrives meanwhile
-			if !sleep(ctx, backoff) {
-				return
-			}
-			backoff = min(2*backoff, retryMax)
-			continue
+			named = retryMin
+			f.refreshed(len(ids), false)
 		}
-		backoff = retryMin
-		if !sleep(ctx, every-time.Since(started)) {
+		if all {
+			if err := f.Refresh.RefreshAllFunding(ctx); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				f.failed(err)
+				// Retried after its own back-off, without holding up the
+				// accounts announced meanwhile.
+				time.AfterFunc(whole, func() { f.note(nil, true) })
+				whole = min(2*whole, retryMax)
+			} else {
+				whole = retryMin
+				f.refreshed(0, true)
+			}
+		}
+		took := time.Since(started)
+		if !sleep(ctx, max(every-took, took)) {
 			return
 		}
 	}
 }
 
-func (f *Funds) refresh(ids []core.AccountID, all bool) error {
-	var err error
-	switch {
-	case all:
-		err = f.Refresh.RefreshAllFunding()
-	case len(ids) > 0:
-		err = f.Refresh.RefreshFunding(ids)
-	default:
-		return nil
+func (f *Funds) failed(err error) {
+	if f.OnError != nil {
+		f.OnError(err)
 	}
-	if err == nil && f.Refreshed != nil {
-		f.Refreshed(len(ids), all)
+}
+
+func (f *Funds) refreshed(ids int, all bool) {
+	if f.Refreshed != nil {
+		f.Refreshed(ids, all)
 	}
-	return err
 }
 
 // sleep waits d (nothing if d <= 0) and reports whether ctx is still on.

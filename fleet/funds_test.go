@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,11 +43,11 @@ type refresher struct {
 	fail    int
 }
 
-func (r *refresher) RefreshFunding(ids []core.AccountID) error {
+func (r *refresher) RefreshFunding(_ context.Context, ids []core.AccountID) error {
 	return r.record(slices.Sorted(slices.Values(ids)))
 }
 
-func (r *refresher) RefreshAllFunding() error { return r.record(nil) }
+func (r *refresher) RefreshAllFunding(context.Context) error { return r.record(nil) }
 
 func (r *refresher) record(ids []core.AccountID) error {
 	r.started <- struct{}{}
@@ -68,9 +69,10 @@ func (r *refresher) refreshes() [][]core.AccountID {
 }
 
 // TestFundsCoalescesAnnouncements: announcements that arrive while a
-// refresh runs are read together by the next one; "everything" absorbs
-// the accounts announced with it; a failed refresh is retried with what
-// arrived meanwhile.
+// refresh runs are read together by the next one; a failed refresh is
+// retried with what arrived meanwhile; "everything" is read after the
+// accounts named with it, and does not absorb them: a full pass that
+// keeps failing must not hold up the accounts announced.
 func TestFundsCoalescesAnnouncements(t *testing.T) {
 	src := make(announcer)
 	r := &refresher{started: make(chan struct{}), release: make(chan struct{}), fail: 1}
@@ -93,9 +95,11 @@ func TestFundsCoalescesAnnouncements(t *testing.T) {
 	src <- announcement{all: true}
 	src <- announcement{ids: []core.AccountID{"e"}}
 	r.release <- struct{}{}
+	<-r.started // d, e
+	r.release <- struct{}{}
 	<-r.started // everything
 	r.release <- struct{}{}
-	want := [][]core.AccountID{{"a"}, {"a", "b", "c"}, nil}
+	want := [][]core.AccountID{{"a"}, {"a", "b", "c"}, {"d", "e"}, nil}
 	waitUntil(t, func() bool { return len(r.refreshes()) == len(want) })
 	got := r.refreshes()
 	for i := range want {
@@ -117,5 +121,42 @@ func waitUntil(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met within 5 s")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// failingAll is a Refresher whose full pass always fails (a ledger too
+// large for its timeout) while the accounts named refresh fine.
+type failingAll struct{ all, named atomic.Int64 }
+
+func (f *failingAll) RefreshFunding(context.Context, []core.AccountID) error {
+	f.named.Add(1)
+	return nil
+}
+
+func (f *failingAll) RefreshAllFunding(context.Context) error {
+	f.all.Add(1)
+	return context.DeadlineExceeded
+}
+
+// TestAFailingFullPassDoesNotHoldUpTheAccountsNamed: a full pass that kept
+// failing used to absorb every announcement after it, so the node stopped
+// following the fleet's spending altogether.
+func TestAFailingFullPassDoesNotHoldUpTheAccountsNamed(t *testing.T) {
+	src := make(announcer)
+	r := &failingAll{}
+	f := &Funds{Source: src, Refresh: r, Every: time.Millisecond}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- f.Run(ctx) }()
+	src <- announcement{all: true} // what a (re)connection says
+	for range 10 {
+		src <- announcement{ids: []core.AccountID{"org"}}
+		time.Sleep(20 * time.Millisecond)
+	}
+	waitUntil(t, func() bool { return r.named.Load() >= 3 })
+	cancel()
+	<-done
+	if r.all.Load() == 0 {
+		t.Fatal("the full pass was never tried")
 	}
 }

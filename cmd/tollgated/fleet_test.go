@@ -459,7 +459,12 @@ func TestFleetAdmissionIsFleetWide(t *testing.T) {
 	key := a.hierarchy(round, price)
 	tok := a.adminCall("POST", "/v1/platform-tokens", nil, http.StatusCreated)["token"].(string)
 	waitStatus(t, a, key, http.StatusOK, 5*time.Second)
-	bound := exportInterval + testedPropagationBound()
+	// The bound held here is loose, so that it holds on a loaded machine
+	// (make test runs packages side by side): one settlement interval and
+	// the propagation bound measure 5–112 ms on a quiet one (make
+	// bench-fleet, BENCHMARKS.md). Without funds announcements node 1
+	// never denies at all.
+	bound := 10 * (exportInterval + propagationBound)
 	admission := func(p *proc, agent string) string {
 		_, _, body := httpCall(t, "GET", "http://"+p.listen+"/v1/admission?agent_id="+agent, "Bearer "+tok, nil)
 		return string(body)
@@ -522,14 +527,19 @@ func TestFleetAdmissionIsFleetWide(t *testing.T) {
 // longer than the 5 s a node holds an answer waiting for its spool's
 // fdatasync before it answers 504 answer-timeout itself (outcome unknown:
 // the usage may still become durable and be billed). Runs of this test in
-// a loaded make test saw such 504s about one run in three; every answer's
-// wait follows the longest fdatasync of its node to the millisecond
-// (tollgated_spool_sync_max_seconds), PostgreSQL's shutdown checkpoint
-// competes for the same disk, and the data plane makes no call to the
-// database. So a 504 is accepted only from a node whose disk stalled a
-// sync for diskStall or more, and only a 504 may be billed without being
-// acknowledged.
-const diskStall = time.Second
+// a loaded make test saw such 504s about one run in three. The data plane
+// makes no call to the database: a durable answer waits for its shard to
+// hand the usage record to the plane, for the plane to append it (the
+// plane's ledger calls run on a worker goroutine of their own), for the
+// group commit that syncs it, and for the plane to pass the durable mark
+// back. In every run the slowest answer of each node matched its longest
+// fdatasync (tollgated_spool_sync_max_seconds) to the millisecond, and
+// PostgreSQL's shutdown checkpoint competes for the same disk. A record
+// waits for at most two syncs — the one in progress when it arrived, then
+// its own — so a 504 is accepted only from a node whose disk stalled one
+// sync for half the answer bound (diskStall) or more, and only a 504 may
+// be billed without being acknowledged.
+const diskStall = 2500 * time.Millisecond
 
 const outageTimeout = 30 * time.Second
 

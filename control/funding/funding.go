@@ -364,9 +364,18 @@ func (m *Machine) Evidence(id core.AccountID, ev core.FundingEvidence, now int64
 	if a == nil {
 		return
 	}
+	// Only more money, or another scope or period, is news that may let a
+	// refused account's next call succeed: a fleet republishes evidence
+	// whenever anyone under the same org settles, and resetting the
+	// back-off on each would turn every refresh into a ledger call per
+	// exhausted account.
+	news := !a.hasEv || ev.Remaining > a.ev.Remaining || ev.Scope != a.ev.Scope ||
+		ev.PeriodEnd != a.ev.PeriodEnd || ev.Period != a.ev.Period
 	a.ev, a.hasEv = ev, true
 	m.out.Publish(id, ev)
-	a.retryAt, a.backoff = 0, 0
+	if news {
+		a.retryAt, a.backoff = 0, 0
+	}
 	if l := a.cur; l != nil && ev.Remaining < l.pool+l.out {
 		m.handBack(a, l, now)
 	}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"time"
 
@@ -148,8 +149,10 @@ func (t target) BindPlatformToken(d credential.Digest) error {
 func (t target) RevokePlatformToken(d credential.Digest) error {
 	return t.n.provision(func() error { return t.n.m.UnbindPlatform(d) })
 }
-func (t target) FundingChanged(id core.AccountID, ev core.FundingEvidence) {
-	t.n.m.Evidence(id, ev, t.n.w.now)
+func (t target) FundingChanged(evs map[core.AccountID]core.FundingEvidence) {
+	for _, id := range slices.Sorted(maps.Keys(evs)) { // a seed replays exactly
+		t.n.m.Evidence(id, evs[id], t.n.w.now)
+	}
 }
 
 // pump is one pass of the shell, as the real Plane's step does it:
