@@ -214,13 +214,19 @@ type evidenceBelow interface {
 	EvidenceBelow(ctx context.Context, ids []core.AccountID) (map[core.AccountID]ledger.Evidence, error)
 }
 
-// refreshAll republishes every account's funding evidence: subtree by
-// subtree from the roots, on a ledger that reads them whole.
+// refreshAll republishes every account's funding evidence.
 func (v *Provisioner) refreshAll(ctx context.Context) error {
 	all, err := v.store.Accounts(ctx)
 	if err != nil {
 		return err
 	}
+	return v.refreshAccounts(ctx, all)
+}
+
+// refreshAccounts republishes the evidence of all, every account of the
+// ledger: subtree by subtree from the roots, on a ledger that reads them
+// whole.
+func (v *Provisioner) refreshAccounts(ctx context.Context, all []ledger.Account) error {
 	ids := make([]core.AccountID, 0, len(all))
 	_, whole := v.store.(evidenceBelow)
 	for _, a := range all {
@@ -326,12 +332,10 @@ func (v *Provisioner) Load(ctx context.Context) (accounts, keys int, err error) 
 		}
 		return all[i].ID < all[j].ID
 	})
-	ids := make([]core.AccountID, 0, len(all))
 	for _, a := range all {
 		if err := v.install(ctx, a); err != nil {
 			return 0, 0, err
 		}
-		ids = append(ids, a.ID)
 	}
 	ks, err := v.store.Keys(ctx, "")
 	if err != nil {
@@ -356,7 +360,7 @@ func (v *Provisioner) Load(ctx context.Context) (accounts, keys int, err error) 
 			}
 		}
 	}
-	return len(all), keys, v.refreshEvidence(ctx, ids)
+	return len(all), keys, v.refreshAccounts(ctx, all)
 }
 
 // Maintain runs the ledger's periodic work until stop closes: forfeit
