@@ -24,6 +24,7 @@ func (s *Store) Ingest(ctx context.Context, events []ledger.Usage, now int64) ([
 	err := s.update(ctx, func(x *txn) error {
 		seen := x.bucket(bucketEvents)
 		age := x.bucket(bucketEventAge)
+		var runs usageRuns
 		for i := range events {
 			e := &events[i]
 			if seen.Get(e.ID[:]) != nil {
@@ -42,12 +43,10 @@ func (s *Store) Ingest(ctx context.Context, events []ledger.Usage, now int64) ([
 				return err
 			}
 			if r == ledger.Accepted {
-				if err := x.recordUsage(e, s.history); err != nil {
-					return err
-				}
+				runs.add(e)
 			}
 		}
-		return nil
+		return x.keepUsage(&runs, s.history)
 	})
 	if err != nil {
 		return nil, err
@@ -67,27 +66,6 @@ func (x *txn) LeaseFunders(id uint64) (*ledger.LeaseRecord, []*ledger.Account, e
 	return rec, funders, err
 }
 
-// recordUsage keeps e in its account's recent usage, dropping the event
-// that falls out of the last history ones. Each account's bucket has its
-// own sequence, so the one to drop is found without counting.
-func (x *txn) recordUsage(e *ledger.Usage, history uint64) error {
-	b, err := x.bucket(bucketUsage).CreateBucketIfNotExists([]byte(e.Account))
-	if err != nil {
-		return err
-	}
-	seq, err := b.NextSequence()
-	if err != nil {
-		return err
-	}
-	if err := b.Put(u64Key(seq), encodeUsage(e)); err != nil {
-		return err
-	}
-	if seq > history {
-		return b.Delete(u64Key(seq - history))
-	}
-	return nil
-}
-
 // UsageOf implements ledger.Store: id's most recent accepted usage, newest
 // first, at most limit (and at most Options.UsageHistory) events.
 func (s *Store) UsageOf(ctx context.Context, id core.AccountID, limit int) (out []ledger.Usage, err error) {
@@ -102,15 +80,10 @@ func (s *Store) UsageOf(ctx context.Context, id core.AccountID, limit int) (out 
 		if b == nil {
 			return nil
 		}
-		c := b.Cursor()
-		for k, v := c.Last(); k != nil && len(out) < limit; k, v = c.Prev() {
-			u, err := decodeUsage(v)
-			if err != nil {
-				return fmt.Errorf("usage %x of %s: %w", k, id, err)
-			}
+		return eachUsageBack(b, s.history, 0, func(_ uint64, u ledger.Usage) bool {
 			out = append(out, u)
-		}
-		return nil
+			return len(out) < limit
+		})
 	})
 	if err != nil {
 		return nil, err

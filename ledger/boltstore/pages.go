@@ -163,29 +163,17 @@ func (s *Store) ListUsage(ctx context.Context, id core.AccountID, p ledger.Page)
 		if b == nil {
 			return nil
 		}
-		c := b.Cursor()
-		k, v := c.Last()
-		if before != 0 {
-			// Start at the greatest sequence below before: Seek lands on
-			// before or past it (or nowhere, when everything is below it).
-			if k, v = c.Seek(u64Key(before)); k == nil {
-				k, v = c.Last()
-			}
-			for k != nil && seqOf(k) >= before {
-				k, v = c.Prev()
-			}
-		}
 		var last uint64
-		for ; k != nil; k, v = c.Prev() {
+		err := eachUsageBack(b, s.history, before, func(seq uint64, u ledger.Usage) bool {
 			if len(out) == p.Limit {
 				next = strconv.FormatUint(last, 10)
-				return nil
+				return false
 			}
-			u, err := decodeUsage(v)
-			if err != nil {
-				return fmt.Errorf("usage %x of %s: %w", k, id, err)
-			}
-			out, last = append(out, u), seqOf(k)
+			out, last = append(out, u), seq
+			return true
+		})
+		if err != nil {
+			return err
 		}
 		return nil
 	})

@@ -32,10 +32,15 @@ func (s *Store) Settle(ctx context.Context, st ledger.Settlement, now int64) (le
 		if res, leaseTook, overageTook, err = ledger.SettleTotals(x, &st, now); err != nil {
 			return err
 		}
+		var runs usageRuns
 		err = ledger.BilledEvents(&st, leaseTook, overageTook, func(u *ledger.Usage) error {
-			return x.recordUsage(u, s.history)
+			runs.add(u)
+			return nil
 		})
 		if err != nil {
+			return err
+		}
+		if err := x.keepUsage(&runs, s.history); err != nil {
 			return err
 		}
 		return marks.Put([]byte(st.Node), u64Key(st.To))
