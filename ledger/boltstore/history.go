@@ -11,13 +11,19 @@ package boltstore
 // more than Options.UsageHistory behind the bucket's sequence is not
 // there), and runs wholly past it are deleted as new ones come.
 //
-// Ledgers written before runs hold one record per event, keyed by its
-// sequence alone (8 bytes); both kinds sort by their first 8 bytes, so
-// readers and the trimming read them side by side: no upgrade step.
+// Ledgers of schema 4 hold one record per event, keyed by its sequence
+// alone (8 bytes); both kinds sort by their first 8 bytes, so readers and
+// the trimming read them side by side, and the upgrade to schema 5 only
+// bumps the version (so that a schema-4 build refuses a file with runs).
+//
+// A record the trimming cannot read is left where it is: the history is
+// not what bills, and a damaged one must not stop a settlement. Readers
+// report it (ErrCorrupt) when they reach it.
 
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -89,24 +95,21 @@ func encodeRun(events []*ledger.Usage) []byte {
 	return out
 }
 
-// decodeRun reads the events of a run's value.
-func decodeRun(v []byte) ([]ledger.Usage, error) {
+// runEntries splits a run's value into its events' encodings, without
+// decoding them.
+func runEntries(v []byte) ([][]byte, error) {
 	n, k := binary.Uvarint(v)
 	if k <= 0 || n > uint64(len(v)) {
 		return nil, fmt.Errorf("%w: usage run count", ErrCorrupt)
 	}
 	v = v[k:]
-	out := make([]ledger.Usage, 0, n)
+	out := make([][]byte, 0, n)
 	for range n {
 		l, k := binary.Uvarint(v)
 		if k <= 0 || l > uint64(len(v)-k) {
 			return nil, fmt.Errorf("%w: usage run entry", ErrCorrupt)
 		}
-		u, err := decodeUsage(v[k : k+int(l)])
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, u)
+		out = append(out, v[k:k+int(l)])
 		v = v[k+int(l):]
 	}
 	if len(v) != 0 {
@@ -116,19 +119,24 @@ func decodeRun(v []byte) ([]ledger.Usage, error) {
 }
 
 // runSpan reads a history record's key and value: the sequence of its
-// first event and how many it holds.
-func runSpan(k, v []byte) (first, n uint64, err error) {
+// first event and how many it holds (at least one, none past newest).
+func runSpan(k, v []byte, newest uint64) (first, n uint64, err error) {
 	switch {
-	case len(k) == 8: // one event, written before runs
-		return binary.BigEndian.Uint64(k), 1, nil
+	case len(k) == 8: // one event, schema 4
+		first, n = binary.BigEndian.Uint64(k), 1
 	case len(k) == 9 && k[8] == runMarker:
-		n, m := binary.Uvarint(v)
-		if m <= 0 {
-			return 0, 0, fmt.Errorf("%w: usage run count", ErrCorrupt)
+		var m int
+		first = binary.BigEndian.Uint64(k)
+		if n, m = binary.Uvarint(v); m <= 0 {
+			return 0, 0, fmt.Errorf("%w: usage run %x: count", ErrCorrupt, k)
 		}
-		return binary.BigEndian.Uint64(k), n, nil
+	default:
+		return 0, 0, fmt.Errorf("%w: usage record key %x", ErrCorrupt, k)
 	}
-	return 0, 0, fmt.Errorf("%w: usage record key %x", ErrCorrupt, k)
+	if first == 0 || n == 0 || first > newest || n > newest-first+1 {
+		return 0, 0, fmt.Errorf("%w: usage record %x holds %d events from %d, past the newest %d", ErrCorrupt, k, n, first, newest)
+	}
+	return first, n, nil
 }
 
 // trimUsage deletes the records whose every event is more than history
@@ -139,17 +147,20 @@ func trimUsage(b *bolt.Bucket, last, history uint64) error {
 	}
 	cutoff := last - history // events at or below it are gone
 	c := b.Cursor()
-	for k, v := c.First(); k != nil; k, v = c.First() {
-		first, n, err := runSpan(k, v)
-		if err != nil {
-			return err
+	for k, v := c.First(); k != nil; {
+		first, n, err := runSpan(k, v, last)
+		if err != nil { // left for the readers to report (see above)
+			k, v = c.Next()
+			continue
 		}
 		if first+n-1 > cutoff {
 			return nil
 		}
+		key := slices.Clone(k)
 		if err := c.Delete(); err != nil {
 			return err
 		}
+		k, v = c.Seek(key) // the record after it (Next may skip one after a Delete)
 	}
 	return nil
 }
@@ -176,31 +187,39 @@ func eachUsageBack(b *bolt.Bucket, history, before uint64, fn func(seq uint64, u
 		k, v = c.Prev()
 	}
 	for ; k != nil; k, v = c.Prev() {
-		first, n, err := runSpan(k, v)
+		first, n, err := runSpan(k, v, newest)
 		if err != nil {
 			return err
 		}
-		var events []ledger.Usage
+		var entries [][]byte // the encoded events, oldest first
 		if len(k) == 8 {
-			u, err := decodeUsage(v)
-			if err != nil {
-				return fmt.Errorf("usage %x: %w", k, err)
-			}
-			events = []ledger.Usage{u}
-		} else if events, err = decodeRun(v); err != nil {
+			entries = [][]byte{v}
+		} else if entries, err = runEntries(v); err != nil {
 			return fmt.Errorf("usage run %x: %w", k, err)
 		}
-		if uint64(len(events)) != n {
-			return fmt.Errorf("%w: usage run %x holds %d events, says %d", ErrCorrupt, k, len(events), n)
+		if uint64(len(entries)) != n {
+			return fmt.Errorf("%w: usage run %x holds %d events, says %d", ErrCorrupt, k, len(entries), n)
 		}
-		for i := len(events) - 1; i >= 0; i-- {
+		// Only the events a reader takes are decoded: a run may hold a
+		// whole settlement's thousands.
+		for i := len(entries) - 1; i >= 0; i-- {
 			seq := first + uint64(i)
 			if seq >= before {
 				continue
 			}
-			if seq <= cutoff || !fn(seq, events[i]) {
+			if seq <= cutoff {
 				return nil
 			}
+			u, err := decodeUsage(entries[i])
+			if err != nil {
+				return fmt.Errorf("usage %d of record %x: %w", seq, k, err)
+			}
+			if !fn(seq, u) {
+				return nil
+			}
+		}
+		if first <= cutoff+1 {
+			return nil // everything older is past the bound, unread
 		}
 	}
 	return nil

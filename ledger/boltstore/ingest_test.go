@@ -2,11 +2,14 @@ package boltstore
 
 import (
 	"context"
+	"errors"
+	"path/filepath"
 	"slices"
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/ledger"
 )
 
@@ -128,6 +131,99 @@ func TestUsageHistoryReadsRecordsOfEveryAge(t *testing.T) {
 	err = s.view(ctx, func(x *txn) error {
 		if n := x.bucket(bucketUsage).Bucket([]byte("org")).Stats().KeyN; n != 3 {
 			t.Errorf("%d usage records stored, want 3 (event 3, run 4–5, run 6–8)", n)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestADamagedUsageHistoryDoesNotStopBilling: the history is not what
+// bills. A record of it that cannot be read used to fail every
+// transaction that trimmed past it — a settlement retried forever; now
+// billing goes on, later records are still trimmed, and readers report the
+// damage.
+func TestADamagedUsageHistoryDoesNotStopBilling(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, Options{UsageHistory: 2})
+	for _, id := range []core.AccountID{"org", "other"} {
+		if _, _, err := s.CreateAccount(ctx, ledger.AccountSpec{ID: id}, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ingest := func(i int) {
+		t.Helper()
+		evs := []ledger.Usage{
+			{ID: [16]byte{byte(i), 1}, Account: "other", Source: ledger.UsageOverage, Units: 1},
+			{ID: [16]byte{byte(i), 2}, Account: "org", Source: ledger.UsageOverage, Units: 1},
+		}
+		res, err := s.Ingest(ctx, evs, t0)
+		if err != nil || res[0] != ledger.Accepted || res[1] != ledger.Accepted {
+			t.Fatalf("ingest %d: %v, %v", i, res, err)
+		}
+	}
+	ingest(1)
+	// Damage: a record with a key no build writes, oldest of org's.
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketUsage).Bucket([]byte("org")).Put(append(u64Key(0), 'x'), []byte{1})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 2; i <= 6; i++ {
+		ingest(i)
+	}
+	// Readers stop at the bound, before the damaged record: older than it.
+	if got, err := s.UsageOf(ctx, "org", 10); err != nil || len(got) != 2 {
+		t.Fatalf("org's usage: %d events, %v", len(got), err)
+	}
+	// Damage within the bound is reported.
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketUsage).Bucket([]byte("org"))
+		return b.Put(append(u64Key(b.Sequence()), 'x'), []byte{1})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.UsageOf(ctx, "org", 10); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("UsageOf over damage within the bound: %v, want ErrCorrupt", err)
+	}
+	got, err := s.UsageOf(ctx, "other", 10)
+	if err != nil || len(got) != 2 {
+		t.Fatalf("other's usage: %d events, %v", len(got), err)
+	}
+	err = s.view(ctx, func(x *txn) error {
+		if n := x.bucket(bucketUsage).Bucket([]byte("org")).Stats().KeyN; n != 4 {
+			t.Errorf("org holds %d records, want 4: the two damaged ones and the last two runs", n)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSchema4IsUpgradedTo5: a file of schema 4 (usage history one record
+// per event) opens as schema 5 with nothing rewritten, so a schema-4
+// build refuses it afterwards instead of failing on its runs.
+func TestSchema4IsUpgradedTo5(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put(metaSchema, u64Key(4)) }); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if s, err = Open(path, Options{}); err != nil {
+		t.Fatalf("opening schema 4: %v", err)
+	}
+	defer s.Close()
+	err = s.db.View(func(tx *bolt.Tx) error {
+		if got := tx.Bucket(bucketMeta).Get(metaSchema); string(got) != string(u64Key(5)) {
+			t.Errorf("schema %x after the upgrade, want 5", got)
 		}
 		return nil
 	})

@@ -93,12 +93,14 @@ var (
 
 // schemaVersion is the layout above; Open upgrades a file of schema 1 (no
 // children or event-age index), 2 (keys without name, expiry or last use;
-// one admin token) or 3 (accounts without Repaid, leases without Holder,
-// and debts beside balances) in the transaction that opens it, and refuses
-// any other. The bump matters: an older build refuses a newer file instead
-// of writing records its indexes miss or its rules would break (for
-// schema 2, finding no admin token and generating a second one).
-const schemaVersion = 4
+// one admin token), 3 (accounts without Repaid, leases without Holder,
+// and debts beside balances) or 4 (usage history one record per event,
+// which schema 5 reads beside its runs: history.go) in the transaction
+// that opens it, and refuses any other. The bump matters: an older build
+// refuses a newer file instead of writing records its indexes miss or its
+// rules would break (for schema 2, finding no admin token and generating a
+// second one; for schema 4, failing on every usage run it reads).
+const schemaVersion = 5
 
 // migrateFrom3 settles the debts schemas up to 3 let stand beside a
 // balance: schema 4 repays overage from arriving funds first (ledger.Repay), and
@@ -287,6 +289,9 @@ func Open(path string, opts Options) (*Store, error) {
 			if err := migrateFrom3(tx); err != nil {
 				return fmt.Errorf("boltstore: %s: upgrading schema 3: %w", path, err)
 			}
+		case string(schema) == string(u64Key(4)):
+			// Nothing to rewrite: schema 5 reads schema 4's per-event
+			// usage records beside its runs.
 		case string(schema) != string(u64Key(schemaVersion)):
 			return fmt.Errorf("boltstore: %s has schema %x, this build reads %d", path, schema, schemaVersion)
 		}
