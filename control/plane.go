@@ -358,7 +358,9 @@ func (p *Plane) execute(now int64) int {
 				p.m.LedgerDone(r, p.cfg.Now())
 			})
 		case plane.EffectAppend:
-			p.append(e.Seq, p.m.Record(e))
+			for seq, rec := range p.m.Records(e) {
+				p.append(seq, rec)
+			}
 		case plane.EffectPublish:
 			if e.Clear {
 				e.Cell.Clear()

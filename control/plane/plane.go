@@ -24,6 +24,7 @@ package plane
 import (
 	"cmp"
 	"errors"
+	"iter"
 	"slices"
 
 	"github.com/tollgated/tollgated/control/durability"
@@ -59,7 +60,7 @@ type EffectKind uint8
 
 const (
 	EffectCall    EffectKind = iota + 1 // run ledger call Call; report with LedgerDone
-	EffectAppend                        // append Record(e) to the spool as sequence Seq
+	EffectAppend                        // append Records(e) to the spool, as sequences Seq, Seq+1, …
 	EffectPublish                       // store Evidence in Cell (Clear: empty it)
 	EffectIngest                        // ingest Ingest.Events (post-paid); report with IngestDone
 	EffectClaim                         // the exporter must not bill Ingest.Events until EffectUnclaim
@@ -75,7 +76,7 @@ type Effect struct {
 	Kind     EffectKind
 	Call     funding.Call
 	Seq      uint64
-	span     [2]int // the record's bytes in the machine's arena
+	recs     [2]int // the records' [first, end) in the machine's recEnds
 	Cell     *core.EvidenceCell
 	Evidence core.FundingEvidence
 	Clear    bool
@@ -116,6 +117,7 @@ type Machine struct {
 	queues   [][]shard.Inbound
 	effects  []Effect
 	arena    []byte
+	recEnds  []int // where each record of the arena ends
 	scratch  []byte
 	tickets  uint64
 	awaiting map[uint64]any // durability tickets: *Ingest or funding.Call (a release)
@@ -193,14 +195,29 @@ func (m *Machine) Sent(i, n int, now int64) {
 // executes all of them, then calls ClearEffects.
 func (m *Machine) Effects() []Effect { return m.effects }
 
-// Record is the spool record of an EffectAppend.
-func (m *Machine) Record(e *Effect) []byte { return m.arena[e.span[0]:e.span[1]] }
+// Records are the spool records of an EffectAppend, with their sequence
+// numbers, in order. Consecutive records make one effect: a busy plane
+// appends thousands a pass, and an effect is ten times a record's size.
+func (m *Machine) Records(e *Effect) iter.Seq2[uint64, []byte] {
+	return func(yield func(uint64, []byte) bool) {
+		for i := e.recs[0]; i < e.recs[1]; i++ {
+			start := 0
+			if i > 0 {
+				start = m.recEnds[i-1]
+			}
+			if !yield(e.Seq+uint64(i-e.recs[0]), m.arena[start:m.recEnds[i]]) {
+				return
+			}
+		}
+	}
+}
 
 // ClearEffects forgets the effects the shell has executed.
 func (m *Machine) ClearEffects() {
 	clear(m.effects)
 	m.effects = m.effects[:0]
 	m.arena = m.arena[:0]
+	m.recEnds = m.recEnds[:0]
 }
 
 // Next is when the machine next needs Tick (0: not until an input).
@@ -567,9 +584,16 @@ type durabilityOut struct{ m *Machine }
 
 func (o durabilityOut) Append(seq uint64, rec []byte) {
 	m := o.m
-	start := len(m.arena)
 	m.arena = append(m.arena, rec...)
-	m.effects = append(m.effects, Effect{Kind: EffectAppend, Seq: seq, span: [2]int{start, len(m.arena)}})
+	m.recEnds = append(m.recEnds, len(m.arena))
+	i := len(m.recEnds) - 1
+	if n := len(m.effects); n > 0 {
+		if last := &m.effects[n-1]; last.Kind == EffectAppend && last.recs[1] == i && last.Seq+uint64(i-last.recs[0]) == seq {
+			last.recs[1]++ // the next record of the run the last effect appends
+			return
+		}
+	}
+	m.effects = append(m.effects, Effect{Kind: EffectAppend, Seq: seq, recs: [2]int{i, i + 1}})
 }
 
 func (o durabilityOut) Send(i int, msg shard.Inbound) { o.m.send(i, msg) }

@@ -224,13 +224,16 @@ func (n *node) execute() int {
 		case plane.EffectIngest:
 			n.schedule(timedCall{ingest: e.Ingest})
 		case plane.EffectAppend:
-			got, err := w.spool.Append(n.m.Record(e))
-			if err != nil || got != e.Seq {
-				// The real shell keeps a backlog when the spool is full;
-				// the simulator's spool is full only between steps.
-				w.fail("spool append %d: got %d, %v", e.Seq, got, err)
+			for seq, rec := range n.m.Records(e) {
+				got, err := w.spool.Append(rec)
+				if err != nil || got != seq {
+					// The real shell keeps a backlog when the spool is
+					// full; the simulator's spool is full only between
+					// steps.
+					w.fail("spool append %d: got %d, %v", seq, got, err)
+				}
+				w.stats.spooled++
 			}
-			w.stats.spooled++
 		case plane.EffectPublish:
 			if e.Clear {
 				e.Cell.Clear()
