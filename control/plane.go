@@ -14,6 +14,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -95,6 +96,7 @@ type Plane struct {
 	worker *ledgerWorker
 	cmds   chan func()
 	ended  chan struct{} // closed when Run has returned: nothing reads cmds any more
+	ready  atomic.Bool   // MarkReady succeeded: provisioning waits for delivery
 	kick   chan struct{}
 
 	// backlog holds spool records the spool refused as full, in order.
@@ -514,18 +516,51 @@ func (p *Plane) stopWorker() {
 }
 
 // provision runs a provisioning change, retrying while a shard's queue is
-// full (the plane delivers meanwhile) for at most provisionWait.
+// full (the plane delivers meanwhile) for at most provisionWait. Once the
+// node is ready it returns only when the change is in every shard's ring:
+// a shard drains its ring before it reads requests, so a request sent
+// after the admin API answered — the first use of a new key — sees it.
+// (Before ready, at start, nothing is served, and a million accounts load
+// without the extra wait each.)
 func (p *Plane) provision(f func(m *plane.Machine, now int64) error) error {
 	deadline := time.Now().Add(provisionWait)
 	for {
 		var err error
-		if !p.do(func(m *plane.Machine, now int64) { err = f(m, now) }) {
+		var marks []uint64
+		ran := p.do(func(m *plane.Machine, now int64) {
+			if err = f(m, now); err == nil && p.ready.Load() {
+				marks = m.QueuedMarks()
+			}
+		})
+		if !ran {
 			return ErrStopped
+		}
+		if marks != nil {
+			return p.awaitDelivery(marks, deadline)
 		}
 		if !errors.Is(err, plane.ErrBusy) || time.Now().After(deadline) {
 			return err
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// awaitDelivery waits until every shard's ring has what was queued up to
+// marks (the plane pushes queues at the end of the step that queued
+// them: one more command usually finds them delivered), or the deadline.
+func (p *Plane) awaitDelivery(marks []uint64, deadline time.Time) error {
+	for {
+		delivered := false
+		if !p.do(func(m *plane.Machine, _ int64) { delivered = m.DeliveredUpTo(marks) }) {
+			return ErrStopped
+		}
+		if delivered {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("control: a change has not reached every shard's ring within %v (a ring stays full)", provisionWait)
+		}
+		time.Sleep(100 * time.Microsecond)
 	}
 }
 
@@ -561,7 +596,11 @@ func (p *Plane) RevokePlatformToken(d credential.Digest) error {
 
 // MarkReady tells every shard its initial state is delivered.
 func (p *Plane) MarkReady() error {
-	return p.provision(func(m *plane.Machine, _ int64) error { return m.Ready() })
+	err := p.provision(func(m *plane.Machine, _ int64) error { return m.Ready() })
+	if err == nil {
+		p.ready.Store(true)
+	}
+	return err
 }
 
 // FundingChanged publishes new evidence for every account of evs, in one

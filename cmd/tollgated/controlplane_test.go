@@ -8,6 +8,7 @@ package main
 // TOLLGATED_TEST_BINARY=path/to/tollgated) and passes on this one.
 
 import (
+	"context"
 	"net/http"
 	"os"
 	"strconv"
@@ -312,5 +313,32 @@ func TestBrokenInvariantsAreExported(t *testing.T) {
 		if !strings.Contains(string(body), series) {
 			t.Fatalf("no %q in /metrics (%d checks admitted)", series, hits.Load())
 		}
+	}
+}
+
+// TestANewKeyWorksOnItsFirstRequest: the admin API answers a new key once
+// the binding is in every shard's ring, and a shard drains its ring before
+// it reads requests, so the key's first request — sent after the answer,
+// on any shard — authenticates. It used to answer once the plane had
+// queued the binding, and a first request could beat it (401
+// unknown-principal), most often under load.
+func TestANewKeyWorksOnItsFirstRequest(t *testing.T) {
+	p := startProc(t, t.TempDir())
+	busy := p.provision("busy", 1_000_000_000, 1)
+	p.provision("acme", 1_000_000_000, 1)
+	stop := make(chan struct{})
+	load := loadUntil(context.Background(), stop, p.listen, busy, 4, 5*time.Second) // keeps the plane busy
+	defer func() { close(stop); load.wait() }()
+	failed := 0
+	const keys = 200
+	for range keys {
+		k := p.adminCall("POST", "/v1/accounts/acme/keys", nil, http.StatusCreated)["key"].(string)
+		if st, body := checkOnce(t, p, k); st != http.StatusOK {
+			failed++
+			t.Logf("first request of a new key: %d %s", st, body)
+		}
+	}
+	if failed > 0 {
+		t.Fatalf("%d of %d new keys failed their first request", failed, keys)
 	}
 }

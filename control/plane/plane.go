@@ -115,13 +115,17 @@ type Machine struct {
 	dur      *durability.Machine
 	accounts map[core.AccountID]*account
 	queues   [][]shard.Inbound
-	effects  []Effect
-	arena    []byte
-	recEnds  []int // where each record of the arena ends
-	scratch  []byte
-	tickets  uint64
-	awaiting map[uint64]any // durability tickets: *Ingest or funding.Call (a release)
-	ingests  map[uint64]*Ingest
+	// queued and delivered count, per shard, the messages ever queued for
+	// it and handed to its ring (Sent): a change is in a shard's ring once
+	// delivered reaches what queued was when the change was made.
+	queued, delivered []uint64
+	effects           []Effect
+	arena             []byte
+	recEnds           []int // where each record of the arena ends
+	scratch           []byte
+	tickets           uint64
+	awaiting          map[uint64]any // durability tickets: *Ingest or funding.Call (a release)
+	ingests           map[uint64]*Ingest
 	// recalls are post-paid batches billed and refreshed, whose answer
 	// waits until the leases the refresh retired are back from the
 	// shards; bounded by the post-paid batches in flight.
@@ -156,7 +160,8 @@ func New(cfg Config) *Machine {
 	}
 	cfg.Funding.Shards, cfg.Shares.Shards, cfg.Durability.Shards = cfg.Shards, cfg.Shards, cfg.Shards
 	m := &Machine{cfg: cfg, accounts: make(map[core.AccountID]*account),
-		queues: make([][]shard.Inbound, cfg.Shards), awaiting: make(map[uint64]any), ingests: make(map[uint64]*Ingest)}
+		queues: make([][]shard.Inbound, cfg.Shards), queued: make([]uint64, cfg.Shards), delivered: make([]uint64, cfg.Shards),
+		awaiting: make(map[uint64]any), ingests: make(map[uint64]*Ingest)}
 	m.fund = funding.New(cfg.Funding, fundingOut{m})
 	m.shares = shares.New(cfg.Shares, sharesOut{m})
 	m.dur = durability.New(cfg.Durability, durabilityOut{m})
@@ -184,6 +189,7 @@ func (m *Machine) Sent(i, n int, now int64) {
 	}
 	q := m.queues[i]
 	full := len(q) >= m.cfg.QueueSoft
+	m.delivered[i] += uint64(n)
 	clear(q[:n])
 	m.queues[i] = append(q[:0], q[n:]...)
 	if full && len(m.queues[i]) < m.cfg.QueueSoft {
@@ -455,7 +461,25 @@ func (m *Machine) SpoolDurable(seq uint64) { m.dur.Durable(seq) }
 // their reservations): each is released once its slices are back.
 func (m *Machine) HandBackAll(now int64) { m.fund.HandBackAll(now) }
 
-func (m *Machine) send(i int, msg shard.Inbound) { m.queues[i] = append(m.queues[i], msg) }
+func (m *Machine) send(i int, msg shard.Inbound) {
+	m.queues[i] = append(m.queues[i], msg)
+	m.queued[i]++
+}
+
+// QueuedMarks returns, per shard, how many messages were ever queued for
+// it: DeliveredUpTo tells when what was queued so far is in the rings.
+func (m *Machine) QueuedMarks() []uint64 { return slices.Clone(m.queued) }
+
+// DeliveredUpTo reports whether every shard's ring has received the
+// messages queued for it up to marks (QueuedMarks).
+func (m *Machine) DeliveredUpTo(marks []uint64) bool {
+	for i, q := range marks {
+		if m.delivered[i] < q {
+			return false
+		}
+	}
+	return true
+}
 
 // roomForAll reports whether every shard's queue is below QueueSoft.
 func (m *Machine) roomForAll() bool {
