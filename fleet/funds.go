@@ -40,18 +40,20 @@ type Funds struct {
 	Refresh Refresher
 	// Every is the least time between refreshes (DefaultFundsEvery if 0).
 	Every time.Duration
-	// OnError, if set, hears failed refreshes; what failed is refreshed
-	// again (backing off from retryMin to retryMax) with what arrives
-	// meanwhile.
-	OnError func(error)
+	// OnError, if set, hears failed refreshes (all: a full pass); what
+	// failed is refreshed again (backing off from retryMin to retryMax)
+	// with what arrives meanwhile.
+	OnError func(all bool, err error)
 	// Refreshed, if set, hears each refresh that published: how many
 	// accounts it named (0 with all).
 	Refreshed func(ids int, all bool)
 
 	mu      sync.Mutex
 	pending map[core.AccountID]bool
-	all     bool // everything is pending besides: kept apart, a failing full pass must not hold up the accounts named
-	wake    chan struct{}
+	// all: everything is pending besides. Kept apart from pending, so a
+	// full pass that keeps failing does not hold up the accounts named.
+	all  bool
+	wake chan struct{}
 }
 
 // DefaultFundsEvery spaces refreshes: far below the 100 ms an admin change
@@ -131,7 +133,7 @@ func (f *Funds) refreshLoop(ctx context.Context) {
 				if ctx.Err() != nil {
 					return
 				}
-				f.failed(err)
+				f.failed(false, err)
 				f.note(ids, all) // again, with whatever arrives meanwhile
 				if !sleep(ctx, named) {
 					return
@@ -147,7 +149,7 @@ func (f *Funds) refreshLoop(ctx context.Context) {
 				if ctx.Err() != nil {
 					return
 				}
-				f.failed(err)
+				f.failed(true, err)
 				// Retried after its own back-off, without holding up the
 				// accounts announced meanwhile.
 				time.AfterFunc(whole, func() { f.note(nil, true) })
@@ -164,9 +166,9 @@ func (f *Funds) refreshLoop(ctx context.Context) {
 	}
 }
 
-func (f *Funds) failed(err error) {
+func (f *Funds) failed(all bool, err error) {
 	if f.OnError != nil {
-		f.OnError(err)
+		f.OnError(all, err)
 	}
 }
 

@@ -77,7 +77,7 @@ func TestFundsCoalescesAnnouncements(t *testing.T) {
 	src := make(announcer)
 	r := &refresher{started: make(chan struct{}), release: make(chan struct{}), fail: 1}
 	errs := make(chan error, 10)
-	f := &Funds{Source: src, Refresh: r, Every: time.Millisecond, OnError: func(err error) { errs <- err }}
+	f := &Funds{Source: src, Refresh: r, Every: time.Millisecond, OnError: func(_ bool, err error) { errs <- err }}
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- f.Run(ctx) }()

@@ -52,11 +52,13 @@ type daemon struct {
 	plane    atomic.Pointer[control.Plane] // for the spool's durability callback
 	exported atomic.Pointer[control.Exporter]
 	// On a PostgreSQL ledger (fleet.go): the change log's follower, the
-	// change it follows from and its lag, and the funds announcements'.
+	// change it follows from and its lag, and the funds announcements'
+	// follower and its refreshes.
 	follower   *fleet.Follower
 	funds      *fleet.Funds
 	followFrom uint64
 	changeLag  prometheus.Histogram
+	refreshes  *prometheus.CounterVec // funds refreshes by kind and result
 	nodeID     string // the billed-event stream's source
 }
 
@@ -306,7 +308,7 @@ func (d *daemon) startAdmin(ctx context.Context, cfg config, hasher *credential.
 	reg.MustRegister(newNodeCollector(d), newBuildInfoCollector(),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if d.changeLag != nil {
-		reg.MustRegister(d.changeLag)
+		reg.MustRegister(d.changeLag, d.refreshes)
 	}
 	srv, err := admin.New(admin.Config{Store: d.store, Hasher: hasher, Publisher: d.prov, Registry: reg, Log: d.log,
 		Holdings: planeHoldings{d.node.Plane()}, Events: d.spool, Node: d.nodeID})

@@ -44,9 +44,15 @@ func (d *daemon) prepareFollower(ctx context.Context) error {
 			d.log.Error().Err(err).Uint64("change", c.ID).Str("kind", string(c.Kind)).Str("account", string(c.Account)).
 				Msg("a change another node made could not reach this node's shards; retrying")
 		}}
+	d.refreshes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tollgated_fleet_funding_refreshes_total",
+		Help: "Funding evidence this node read again after funds announcements: kind \"named\" (the announced accounts' subtrees) or \"all\" (after a reconnection), result \"ok\" or \"failed\" (retried).",
+	}, []string{"kind", "result"})
 	d.funds = &fleet.Funds{Source: pg, Refresh: d.prov,
-		OnError: func(err error) {
-			d.log.Error().Err(err).Msg("funding moved by usage on the fleet could not reach this node's shards; retrying")
+		Refreshed: func(_ int, all bool) { d.refreshes.WithLabelValues(refreshKind(all), "ok").Inc() },
+		OnError: func(all bool, err error) {
+			d.refreshes.WithLabelValues(refreshKind(all), "failed").Inc()
+			d.log.Error().Err(err).Bool("all", all).Msg("funding moved by usage on the fleet could not reach this node's shards; retrying")
 		}}
 	return nil
 }
@@ -76,4 +82,11 @@ func (d *daemon) follow(stop <-chan struct{}) (wait func()) {
 	}()
 	d.log.Info().Uint64("after_change", d.followFrom).Msg("following the ledger's change log")
 	return func() { <-done }
+}
+
+func refreshKind(all bool) string {
+	if all {
+		return "all"
+	}
+	return "named"
 }

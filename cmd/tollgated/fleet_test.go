@@ -524,6 +524,9 @@ func TestFleetAdmissionIsFleetWide(t *testing.T) {
 	admitted = append(admitted, until("other", `"decision":"admit"`, budgeted))
 	t.Logf("node 1 denied an org spent through node 0 after %v (node 0's last admitted check to node 1's deny), admitted it again after %v (deposit, or the last: a budget, to admit); bound %v",
 		denied, admitted, bound)
+	if n := b.metric(`tollgated_fleet_funding_refreshes_total{kind="named",result="ok"}`); n == 0 {
+		t.Errorf("node 1 counted no funding refreshes")
+	}
 	if worst := slices.Max(denied); worst > bound {
 		t.Errorf("node 1 denied an org spent through node 0 %v after node 0's last admitted check, bound %v", worst, bound)
 	}
