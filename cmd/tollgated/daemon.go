@@ -59,7 +59,7 @@ type daemon struct {
 	followFrom uint64
 	changeLag  prometheus.Histogram
 	refreshes  *prometheus.CounterVec // funds refreshes by kind and result
-	nodeID     string // the billed-event stream's source
+	nodeID     string                 // the billed-event stream's source
 }
 
 // startDaemon brings tollgated up in dependency order; on any failure it
