@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/tollgated/tollgated/core"
 )
@@ -290,6 +291,33 @@ const BootstrapAdminTokenID = "bootstrap"
 type Page struct {
 	After string
 	Limit int
+}
+
+// MaxPageScan bounds what one page of a backend reads: a page holds at
+// most this many items whatever its limit, and a filter that matches
+// little (suspended accounts among millions) answers a short page with a
+// cursor, never one long scan.
+const MaxPageScan = 4096
+
+// Check refuses a page no listing accepts (ErrInvalid): a limit below 1.
+func (p Page) Check() error {
+	if p.Limit <= 0 {
+		return fmt.Errorf("%w: page limit %d", ErrInvalid, p.Limit)
+	}
+	return nil
+}
+
+// SeqCursor reads a cursor that is a decimal sequence number (a lease id,
+// a usage sequence); "" is 0.
+func SeqCursor(after string) (uint64, error) {
+	if after == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseUint(after, 10, 64)
+	if err != nil || n == 0 {
+		return 0, fmt.Errorf("%w: cursor %q", ErrInvalid, after)
+	}
+	return n, nil
 }
 
 // AccountFilter narrows ListAccounts; its zero value lists every account.

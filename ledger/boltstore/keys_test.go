@@ -175,11 +175,11 @@ func TestExpireKeysWritesNothingWhenNothingIsDue(t *testing.T) {
 
 // TestFilteredPagesReadABoundedNumberOfAccounts: a status filter that
 // matches nothing among many accounts answers short pages with a cursor
-// (each reading at most maxPageScan accounts), not one long scan.
+// (each reading at most ledger.MaxPageScan accounts), not one long scan.
 func TestFilteredPagesReadABoundedNumberOfAccounts(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t, Options{})
-	n := maxPageScan + maxPageScan/2
+	n := ledger.MaxPageScan + ledger.MaxPageScan/2
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		for i := range n {
 			a, err := ledger.NewAccount(ledger.AccountSpec{ID: core.AccountID(fmt.Sprintf("acct-%05d", i))}, nil)
@@ -197,7 +197,7 @@ func TestFilteredPagesReadABoundedNumberOfAccounts(t *testing.T) {
 	}
 	f := ledger.AccountFilter{ByStatus: true, Status: core.StatusSuspended}
 	page, next, err := s.ListAccounts(ctx, f, ledger.Page{Limit: 10})
-	if err != nil || len(page) != 0 || next != fmt.Sprintf("acct-%05d", maxPageScan-1) {
+	if err != nil || len(page) != 0 || next != fmt.Sprintf("acct-%05d", ledger.MaxPageScan-1) {
 		t.Fatalf("first page: %d accounts, next %q, %v", len(page), next, err)
 	}
 	page, next, err = s.ListAccounts(ctx, f, ledger.Page{After: next, Limit: 10})

@@ -13,35 +13,13 @@ import (
 )
 
 // Paged listings. A cursor is the last item's key as text: an account id,
-// or a lease id or usage sequence in decimal. A page reads at most
-// maxPageScan records whatever its filter, so a filter that matches little
-// (suspended accounts among millions) costs a bounded read per page and
-// answers a short page with a cursor, never one long scan.
-const maxPageScan = 4096
-
-func checkPage(p ledger.Page) error {
-	if p.Limit <= 0 {
-		return fmt.Errorf("%w: page limit %d", ledger.ErrInvalid, p.Limit)
-	}
-	return nil
-}
-
-// seqCursor reads a decimal cursor; "" is 0.
-func seqCursor(after string) (uint64, error) {
-	if after == "" {
-		return 0, nil
-	}
-	n, err := strconv.ParseUint(after, 10, 64)
-	if err != nil || n == 0 {
-		return 0, fmt.Errorf("%w: cursor %q", ledger.ErrInvalid, after)
-	}
-	return n, nil
-}
+// or a lease id or usage sequence in decimal (ledger.SeqCursor); a page
+// reads at most ledger.MaxPageScan items.
 
 // ListAccounts implements ledger.Store. With a Parent it walks that
 // account's children index; otherwise the accounts themselves.
 func (s *Store) ListAccounts(ctx context.Context, f ledger.AccountFilter, p ledger.Page) (out []ledger.Account, next string, err error) {
-	if err := checkPage(p); err != nil {
+	if err := p.Check(); err != nil {
 		return nil, "", err
 	}
 	if p.After != "" {
@@ -65,7 +43,7 @@ func (s *Store) ListAccounts(ctx context.Context, f ledger.AccountFilter, p ledg
 			k, _ = c.Next()
 		}
 		for scanned := 0; k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-			if len(out) == p.Limit || scanned == maxPageScan {
+			if len(out) == p.Limit || scanned == ledger.MaxPageScan {
 				return nil
 			}
 			scanned++
@@ -92,10 +70,10 @@ func (s *Store) ListAccounts(ctx context.Context, f ledger.AccountFilter, p ledg
 // expiry index (they are few: about one per busy account), every lease
 // through the leases themselves.
 func (s *Store) ListLeases(ctx context.Context, active bool, p ledger.Page) (out []ledger.Lease, next string, err error) {
-	if err := checkPage(p); err != nil {
+	if err := p.Check(); err != nil {
 		return nil, "", err
 	}
-	after, err := seqCursor(p.After)
+	after, err := ledger.SeqCursor(p.After)
 	if err != nil || after == math.MaxUint64 {
 		return nil, "", err // nothing follows the last possible id
 	}
@@ -148,10 +126,10 @@ func (s *Store) ListLeases(ctx context.Context, active bool, p ledger.Page) (out
 // ListUsage implements ledger.Store: newest first, so the cursor is the
 // sequence of the last (oldest) event returned.
 func (s *Store) ListUsage(ctx context.Context, id core.AccountID, p ledger.Page) (out []ledger.Usage, next string, err error) {
-	if err := checkPage(p); err != nil {
+	if err := p.Check(); err != nil {
 		return nil, "", err
 	}
-	before, err := seqCursor(p.After)
+	before, err := ledger.SeqCursor(p.After)
 	if err != nil {
 		return nil, "", err
 	}

@@ -13,31 +13,8 @@ import (
 )
 
 // Paged listings. A cursor is the last item's key as text: an account id,
-// or a lease id or usage sequence number in decimal. Every page is one
-// statement reading at most maxPageScan rows, and holds at most that many
-// items whatever its limit: a status filter that matches little (suspended
-// accounts among millions) answers a short page with a cursor, never one
-// long scan.
-const maxPageScan = 4096
-
-func checkPage(p ledger.Page) error {
-	if p.Limit <= 0 {
-		return fmt.Errorf("%w: page limit %d", ledger.ErrInvalid, p.Limit)
-	}
-	return nil
-}
-
-// seqCursor reads a decimal cursor; "" is 0.
-func seqCursor(after string) (uint64, error) {
-	if after == "" {
-		return 0, nil
-	}
-	n, err := strconv.ParseUint(after, 10, 64)
-	if err != nil || n == 0 {
-		return 0, fmt.Errorf("%w: cursor %q", ledger.ErrInvalid, after)
-	}
-	return n, nil
-}
+// or a lease id or usage sequence in decimal (ledger.SeqCursor); a page
+// reads at most ledger.MaxPageScan items.
 
 // pageOf cuts a page of limit items from items, which a query read with
 // limit+1 rows: a row beyond the limit means more follow, after the last
@@ -49,7 +26,7 @@ func pageOf[T any](items []T, limit int, key func(T) string) ([]T, string, error
 	return items[:limit], key(items[limit-1]), nil
 }
 
-// Account pages: the window of at most maxPageScan accounts after the
+// Account pages: the window of at most ledger.MaxPageScan accounts after the
 // cursor (all of them, or one parent's children, through the primary key
 // or accounts_by_parent), then the status filter over it.
 const (
@@ -68,7 +45,7 @@ const (
 // short of its limit ends the listing only if its window reached the last
 // account; otherwise its cursor is the window's last id.
 func (s *Store) ListAccounts(ctx context.Context, f ledger.AccountFilter, p ledger.Page) (out []ledger.Account, next string, err error) {
-	if err := checkPage(p); err != nil {
+	if err := p.Check(); err != nil {
 		return nil, "", err
 	}
 	if p.After != "" && core.AccountID(p.After).Validate() != nil {
@@ -77,11 +54,11 @@ func (s *Store) ListAccounts(ctx context.Context, f ledger.AccountFilter, p ledg
 	if f.Parent != "" && f.Parent.Validate() != nil {
 		return nil, "", fmt.Errorf("%w: account %q", ledger.ErrNotFound, f.Parent)
 	}
-	limit := min(p.Limit, maxPageScan)
+	limit := min(p.Limit, ledger.MaxPageScan)
 	err = s.view(ctx, func(tx pgx.Tx) error {
 		query, window := listAccountsSQL, accountWindowSQL
-		args := []any{p.After, maxPageScan, f.ByStatus, int16(f.Status), limit + 1}
-		windowArgs := []any{p.After, maxPageScan}
+		args := []any{p.After, ledger.MaxPageScan, f.ByStatus, int16(f.Status), limit + 1}
+		windowArgs := []any{p.After, ledger.MaxPageScan}
 		if f.Parent != "" {
 			if _, err := readAccount(ctx, tx, f.Parent); err != nil {
 				return err
@@ -110,7 +87,7 @@ func (s *Store) ListAccounts(ctx context.Context, f ledger.AccountFilter, p ledg
 		} else if err := tx.QueryRow(ctx, window, windowArgs...).Scan(&scanned, &last); err != nil {
 			return err
 		}
-		if scanned == maxPageScan {
+		if scanned == ledger.MaxPageScan {
 			next = last
 		}
 		return nil
@@ -125,10 +102,10 @@ func (s *Store) ListAccounts(ctx context.Context, f ledger.AccountFilter, p ledg
 // partial index of active leases (ended ones pile up), every lease through
 // the primary key.
 func (s *Store) ListLeases(ctx context.Context, active bool, p ledger.Page) ([]ledger.Lease, string, error) {
-	if err := checkPage(p); err != nil {
+	if err := p.Check(); err != nil {
 		return nil, "", err
 	}
-	after, err := seqCursor(p.After)
+	after, err := ledger.SeqCursor(p.After)
 	if err != nil || after >= math.MaxInt64 {
 		return nil, "", err // no stored id follows the largest a bigint holds
 	}
@@ -136,7 +113,7 @@ func (s *Store) ListLeases(ctx context.Context, active bool, p ledger.Page) ([]l
 	if active {
 		query = "SELECT " + leaseColumns + " FROM leases WHERE state = 1 AND id > $1 ORDER BY id LIMIT $2"
 	}
-	limit := min(p.Limit, maxPageScan)
+	limit := min(p.Limit, ledger.MaxPageScan)
 	rows, err := s.pool.Query(ctx, query, int64(after), limit+1)
 	if err != nil {
 		return nil, "", err
@@ -155,17 +132,17 @@ func (s *Store) ListLeases(ctx context.Context, active bool, p ledger.Page) ([]l
 // sequence number of the last (oldest) event listed, and the next page
 // starts below it.
 func (s *Store) ListUsage(ctx context.Context, id core.AccountID, p ledger.Page) (out []ledger.Usage, next string, err error) {
-	if err := checkPage(p); err != nil {
+	if err := p.Check(); err != nil {
 		return nil, "", err
 	}
-	before, err := seqCursor(p.After)
+	before, err := ledger.SeqCursor(p.After)
 	if err != nil {
 		return nil, "", err
 	}
 	if id.Validate() != nil {
 		return nil, "", fmt.Errorf("%w: account %q", ledger.ErrNotFound, id)
 	}
-	limit := min(p.Limit, maxPageScan)
+	limit := min(p.Limit, ledger.MaxPageScan)
 	query := "SELECT seq, " + usageColumns + " FROM usage WHERE account = $1 ORDER BY seq DESC LIMIT $2"
 	args := []any{string(id), limit + 1}
 	if before != 0 {

@@ -16,11 +16,11 @@ import (
 
 // TestFilteredPagesReadABoundedNumberOfAccounts: a status filter that
 // matches little among many accounts answers short pages with a cursor,
-// each page reading at most maxPageScan accounts, not one long scan.
+// each page reading at most ledger.MaxPageScan accounts, not one long scan.
 func TestFilteredPagesReadABoundedNumberOfAccounts(t *testing.T) {
 	s, _ := openFresh(t, Options{})
 	ctx := t.Context()
-	n := maxPageScan + maxPageScan/2
+	n := ledger.MaxPageScan + ledger.MaxPageScan/2
 	_, err := s.pool.Exec(ctx, `INSERT INTO accounts (id, parent, capacity, unmetered, scope, status, policy, policy_generation,
 			budget_allowance, budget_period, deposited, overage, allowance_left, top_up_left, outstanding, settled,
 			loss, expired, repaid, period_start, period_end, next_token)
@@ -32,17 +32,17 @@ func TestFilteredPagesReadABoundedNumberOfAccounts(t *testing.T) {
 	}
 	f := ledger.AccountFilter{ByStatus: true, Status: core.StatusSuspended}
 	page, next, err := s.ListAccounts(ctx, f, ledger.Page{Limit: 10})
-	if err != nil || len(page) != 0 || next != fmt.Sprintf("acct-%05d", maxPageScan-1) {
+	if err != nil || len(page) != 0 || next != fmt.Sprintf("acct-%05d", ledger.MaxPageScan-1) {
 		t.Fatalf("first page: %d accounts, next %q, %v", len(page), next, err)
 	}
 	page, next, err = s.ListAccounts(ctx, f, ledger.Page{After: next, Limit: 10})
 	if err != nil || len(page) != 1 || page[0].ID != core.AccountID(fmt.Sprintf("acct-%05d", n-2)) || next != "" {
 		t.Fatalf("second page: %+v, next %q, %v", page, next, err)
 	}
-	// Unfiltered, a page holds at most maxPageScan accounts whatever its
+	// Unfiltered, a page holds at most ledger.MaxPageScan accounts whatever its
 	// limit, and says where the next starts.
 	page, next, err = s.ListAccounts(ctx, ledger.AccountFilter{}, ledger.Page{Limit: 1 << 62})
-	if err != nil || len(page) != maxPageScan || next != string(page[maxPageScan-1].ID) {
+	if err != nil || len(page) != ledger.MaxPageScan || next != string(page[ledger.MaxPageScan-1].ID) {
 		t.Fatalf("a page without a limit: %d accounts, next %q, %v", len(page), next, err)
 	}
 	if _, _, err := s.ListAccounts(ctx, f, ledger.Page{After: "Not An Id", Limit: 10}); !errors.Is(err, ledger.ErrInvalid) {
