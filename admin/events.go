@@ -33,9 +33,10 @@ const (
 
 // cloudEvent is one billed event in CloudEvents' JSON format, the shape
 // OpenMeter ingests: source is the node, subject the billed account, id the
-// event's id (the request id of a data-plane event, the id derived from the
-// reporter's for a post-paid one: a re-sent report has the same id, which
-// consumers treat as one event).
+// event's id: the request id of a data-plane event, the reporter's own id
+// for a post-paid one (a re-sent report has the same id, which consumers
+// treat as one event). A post-paid record spooled before reporters' ids
+// were kept has only the id derived from it, in hex.
 type cloudEvent struct {
 	SpecVersion     string         `json:"specversion"`
 	Type            string         `json:"type"`
@@ -145,8 +146,11 @@ func (s *Server) cloudEvent(rec *record.Record) cloudEvent {
 		Time: timestamp(u.OccurredAt), DataContentType: eventContentType,
 		Data: eventData{Units: u.Units, Kind: usageSources[u.Source], LeaseID: u.LeaseID},
 	}
-	if u.Source != ledger.UsagePostPaid {
+	switch {
+	case u.Source != ledger.UsagePostPaid:
 		ev.Data.RequestID = id
+	case rec.EventID != "":
+		ev.ID = rec.EventID
 	}
 	if rec.Revision != (core.PolicyRevision{}) {
 		ev.Data.PolicyRevision = hex.EncodeToString(rec.Revision[:])

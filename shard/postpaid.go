@@ -21,15 +21,17 @@ import (
 // MaxPostPaidEvents bounds one batch.
 const MaxPostPaidEvents = 1000
 
-// maxEventIDLen bounds a client's event id.
-const maxEventIDLen = 128
+// MaxEventIDLen bounds a client's event id.
+const MaxEventIDLen = 128
 
 var pathUsage = []byte("/v1/usage")
 
 // PostPaid is one reported event. ID is derived from the client's id, so
-// the same id reported twice is one event.
+// the same id reported twice is one event; EventID is the client's id as
+// sent, which the billed-event stream shows.
 type PostPaid struct {
 	ID         [16]byte
+	EventID    string
 	Account    core.AccountID
 	Units      core.CostUnits
 	OccurredAt int64
@@ -151,7 +153,7 @@ func (s *Shard) decodeEvent(e *fastjson.Value, i int) (PostPaid, fieldProblem) {
 	if p := s.fields(o, eventFields[:], f[:]); p.refused() {
 		return PostPaid{}, p
 	}
-	id, p := s.text(f[0], "id", maxEventIDLen, detailEventID)
+	id, p := s.text(f[0], "id", MaxEventIDLen, detailEventID)
 	if p.refused() {
 		return PostPaid{}, p
 	}
@@ -172,7 +174,7 @@ func (s *Shard) decodeEvent(e *fastjson.Value, i int) (PostPaid, fieldProblem) {
 		s.refuseField("occurred_at")
 		return PostPaid{}, invalid(detailOccurredAt)
 	}
-	return PostPaid{ID: PostPaidID(id), Account: core.AccountID(agent), Units: core.CostUnits(units),
+	return PostPaid{ID: PostPaidID(id), EventID: string(id), Account: core.AccountID(agent), Units: core.CostUnits(units),
 		OccurredAt: t.UnixNano()}, fieldProblem{}
 }
 

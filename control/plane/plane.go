@@ -371,6 +371,10 @@ func (m *Machine) record(k record.Kind, ev *core.UsageEvent) record.Record {
 	return record.FromEvent(k, ev, lease)
 }
 
+// Every event id a shard accepts fits a spool record (this fails to
+// compile otherwise).
+const _ = uint(record.MaxEventIDLen - shard.MaxEventIDLen)
+
 // postPaid spools a post-paid batch and, once it is durable, bills it in
 // the ledger; the shard is answered with the ledger's counts.
 func (m *Machine) postPaid(from int, msg *shard.Outbound, now int64) {
@@ -389,7 +393,7 @@ func (m *Machine) postPaid(from int, msg *shard.Outbound, now int64) {
 	// told "duplicate" for its own first report.
 	m.effects = append(m.effects, Effect{Kind: EffectClaim, Ingest: in})
 	for i := range in.Events {
-		r := record.Record{Kind: record.Usage, Usage: in.Events[i]}
+		r := record.Record{Kind: record.Usage, Usage: in.Events[i], EventID: b.Events[i].EventID}
 		m.scratch = record.Append(m.scratch[:0], &r)
 		m.dur.Record(from, 0, m.scratch)
 	}

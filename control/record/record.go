@@ -14,10 +14,13 @@ import (
 // the policy revision when known, then the account id.
 //
 //	kind u8 | source u8 | id [16] | lease u64 | token u64 | units u64 |
-//	occurred_at i64 | [revision [32]] | account_len u8 | account [account_len]
+//	occurred_at i64 | [revision [32]] | [event_id_len u8 | event_id] |
+//	account_len u8 | account [account_len]
 //
 // The kind byte's low nibble is the Kind; withRevision (0x10) says a
-// revision follows (records written before revisions were kept have none).
+// revision follows (records written before revisions were kept have none),
+// withEventID (0x20) that a post-paid report's own event id follows (id is
+// derived from it; records written before it was kept have none).
 //
 // Kind Usage is billed usage. Kind Commit is a commit journal entry: the
 // reservation's request id, the lease funding it and its quote (units);
@@ -26,8 +29,12 @@ import (
 const (
 	fixedLen     = 1 + 1 + 16 + 8 + 8 + 8 + 8 + 1
 	withRevision = 0x10
+	withEventID  = 0x20
+	flags        = withRevision | withEventID
+	// MaxEventIDLen bounds a post-paid report's event id.
+	MaxEventIDLen = 128
 	// MaxLen bounds one encoded record.
-	MaxLen = fixedLen + len(core.PolicyRevision{}) + core.MaxAccountIDLen
+	MaxLen = fixedLen + len(core.PolicyRevision{}) + 1 + MaxEventIDLen + core.MaxAccountIDLen
 )
 
 // Kind says what a record is.
@@ -49,6 +56,10 @@ type Record struct {
 	// Revision is the policy revision the request was admitted under:
 	// zero for post-paid reports, and for records written without one.
 	Revision core.PolicyRevision
+	// EventID is a post-paid report's id as its reporter sent it (Usage.ID
+	// is derived from it); empty for data-plane events, and for records
+	// written without one.
+	EventID string
 }
 
 var errBad = errors.New("record: malformed spool record")
@@ -64,6 +75,9 @@ func Append(dst []byte, r *Record) []byte {
 	if hasRev {
 		kind |= withRevision
 	}
+	if r.EventID != "" {
+		kind |= withEventID
+	}
 	dst = append(dst, kind, byte(u.Source))
 	dst = append(dst, u.ID[:]...)
 	dst = binary.LittleEndian.AppendUint64(dst, u.LeaseID)
@@ -72,6 +86,10 @@ func Append(dst []byte, r *Record) []byte {
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(u.OccurredAt))
 	if hasRev {
 		dst = append(dst, r.Revision[:]...)
+	}
+	if r.EventID != "" {
+		dst = append(dst, byte(len(r.EventID)))
+		dst = append(dst, r.EventID...)
 	}
 	dst = append(dst, byte(len(u.Account)))
 	return append(dst, u.Account...)
@@ -86,9 +104,9 @@ func Decode(b []byte) (Record, error) {
 	if len(b) < fixedLen {
 		return r, errBad
 	}
-	r.Kind = Kind(b[0] &^ withRevision)
-	hasRev := b[0]&withRevision != 0
-	if (r.Kind != Usage && r.Kind != Commit) || b[0]&^(withRevision|0x0f) != 0 {
+	r.Kind = Kind(b[0] &^ flags)
+	hasRev, hasEventID := b[0]&withRevision != 0, b[0]&withEventID != 0
+	if (r.Kind != Usage && r.Kind != Commit) || b[0]&^(flags|0x0f) != 0 {
 		return r, errBad
 	}
 	u := &r.Usage
@@ -109,12 +127,21 @@ func Decode(b []byte) (Record, error) {
 			return r, errBad // written only when known: a zero one is damage
 		}
 	}
+	if hasEventID {
+		n := int(rest[0])
+		if n == 0 || n > MaxEventIDLen || len(rest) < 1+n+1 {
+			return r, errBad
+		}
+		r.EventID = string(rest[1 : 1+n])
+		rest = rest[1+n:]
+	}
 	n := int(rest[0])
 	if len(rest) != 1+n || n == 0 || n > core.MaxAccountIDLen {
 		return r, errBad
 	}
 	u.Account = core.AccountID(rest[1:])
-	if u.Source < ledger.UsageLease || u.Source > ledger.UsagePostPaid || (r.Kind == Commit && u.Source == ledger.UsagePostPaid) {
+	if u.Source < ledger.UsageLease || u.Source > ledger.UsagePostPaid || (r.Kind == Commit && u.Source == ledger.UsagePostPaid) ||
+		(hasEventID && u.Source != ledger.UsagePostPaid) {
 		return r, errBad
 	}
 	return r, nil

@@ -1,6 +1,7 @@
 package record
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/tollgated/tollgated/core"
@@ -15,6 +16,8 @@ func TestRecordsRoundTrip(t *testing.T) {
 		{Kind: Usage, Revision: rev, Usage: ledger.Usage{ID: [16]byte{1, 2, 3}, Account: "acme", Source: ledger.UsageLease, LeaseID: 7, Token: 3, Units: 1210, OccurredAt: 1_700_000_000e9}},
 		{Kind: Usage, Usage: ledger.Usage{ID: [16]byte{15: 9}, Account: "a", Source: ledger.UsageOverage, Units: core.MaxCostUnits, OccurredAt: -1}},
 		{Kind: Usage, Revision: rev, Usage: ledger.Usage{Account: long, Source: ledger.UsagePostPaid, Units: 1}},
+		{Kind: Usage, EventID: "evt-1", Usage: ledger.Usage{ID: [16]byte{7}, Account: "acme", Source: ledger.UsagePostPaid, Units: 5, OccurredAt: 9}},
+		{Kind: Usage, EventID: strings.Repeat("é", MaxEventIDLen/2), Usage: ledger.Usage{Account: long, Source: ledger.UsagePostPaid, Units: 1}},
 		{Kind: Commit, Revision: rev, Usage: ledger.Usage{ID: [16]byte{4}, Account: "acme", Source: ledger.UsageLease, LeaseID: 2, Token: 1, Units: 300, OccurredAt: 5}},
 	} {
 		b := Append(nil, &r)
@@ -31,20 +34,28 @@ func TestRecordsRoundTrip(t *testing.T) {
 func TestMalformedRecordsAreRefused(t *testing.T) {
 	good := Append(nil, &Record{Kind: Usage, Usage: ledger.Usage{Account: "acme", Source: ledger.UsageLease, Units: 1}})
 	withRev := Append(nil, &Record{Kind: Usage, Revision: rev, Usage: ledger.Usage{Account: "acme", Source: ledger.UsageLease, Units: 1}})
+	postPaid := Append(nil, &Record{Kind: Usage, EventID: "evt-1", Usage: ledger.Usage{Account: "acme", Source: ledger.UsagePostPaid, Units: 1}})
+	leaseWithEventID := append([]byte{}, postPaid...)
+	leaseWithEventID[1] = byte(ledger.UsageLease)
+	zeroEventID := append(append([]byte{}, postPaid[:fixedLen-1]...), 0)
+	zeroEventID = append(zeroEventID, postPaid[fixedLen-1+1+5:]...)
 	zeroRev := append([]byte{}, withRev...)
 	clear(zeroRev[fixedLen-1 : fixedLen-1+32])
 	cases := map[string][]byte{
-		"kind zero":        append([]byte{0}, good[1:]...),
-		"short":            good[:10],
-		"kind":             append([]byte{9}, good[1:]...),
-		"flags":            append([]byte{0x21}, good[1:]...),
-		"source":           append(append([]byte{}, good[:1]...), append([]byte{0}, good[2:]...)...),
-		"long":             append(append([]byte{}, good...), 'x'),
-		"truncated":        good[:len(good)-1],
-		"zero length":      append(append([]byte{}, good[:fixedLen-1]...), 0),
-		"short revision":   withRev[:fixedLen+10],
-		"zero revision":    zeroRev,
-		"post-paid commit": Append(nil, &Record{Kind: Commit, Usage: ledger.Usage{Account: "acme", Source: ledger.UsagePostPaid, Units: 1}}),
+		"kind zero":         append([]byte{0}, good[1:]...),
+		"short":             good[:10],
+		"kind":              append([]byte{9}, good[1:]...),
+		"flags":             append([]byte{0x41}, good[1:]...),
+		"event id on lease": leaseWithEventID,
+		"empty event id":    zeroEventID,
+		"short event id":    postPaid[:fixedLen+3],
+		"source":            append(append([]byte{}, good[:1]...), append([]byte{0}, good[2:]...)...),
+		"long":              append(append([]byte{}, good...), 'x'),
+		"truncated":         good[:len(good)-1],
+		"zero length":       append(append([]byte{}, good[:fixedLen-1]...), 0),
+		"short revision":    withRev[:fixedLen+10],
+		"zero revision":     zeroRev,
+		"post-paid commit":  Append(nil, &Record{Kind: Commit, Usage: ledger.Usage{Account: "acme", Source: ledger.UsagePostPaid, Units: 1}}),
 	}
 	for name, b := range cases {
 		if _, err := Decode(b); err == nil {
@@ -56,6 +67,7 @@ func TestMalformedRecordsAreRefused(t *testing.T) {
 func FuzzDecode(f *testing.F) {
 	f.Add(Append(nil, &Record{Kind: Usage, Usage: ledger.Usage{Account: "acme", Source: ledger.UsageLease, Units: 1}}))
 	f.Add(Append(nil, &Record{Kind: Commit, Revision: rev, Usage: ledger.Usage{Account: "acme", Source: ledger.UsageOverage, Units: 7}}))
+	f.Add(Append(nil, &Record{Kind: Usage, EventID: "evt-1", Usage: ledger.Usage{Account: "acme", Source: ledger.UsagePostPaid, Units: 7}}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := Decode(b)
 		if err != nil {
