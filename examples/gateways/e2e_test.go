@@ -396,8 +396,8 @@ func runGatewayScenarios(t *testing.T, d *daemon, app *upstream, base, name stri
 	// No key: 401, with tollgated's challenge.
 	r = send(t, "POST", base+"/v1/chat", "", `{}`)
 	refused("no key", r, 401)
-	if r.header.Get("WWW-Authenticate") != `Bearer realm="tollgated"` {
-		t.Fatalf("401 without the Bearer challenge: %v", r.header)
+	if c := r.header.Values("WWW-Authenticate"); len(c) != 1 || c[0] != `Bearer realm="tollgated"` {
+		t.Fatalf("401 without exactly one Bearer challenge: %v", r.header)
 	}
 
 	// An exhausted budget: 402, with Retry-After until the day's allowance.
