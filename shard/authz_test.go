@@ -357,6 +357,41 @@ func TestAuthorizeThenCapture(t *testing.T) {
 	}
 }
 
+// TestCaptureIsJournaledBeforeItsAnswer: a capture route commits a
+// reservation, so like /v1/commit it journals the commit (a node killed
+// before the service finishes bills the quote when it restarts), and the
+// gateway's 200 waits until that entry is on disk.
+func TestCaptureIsJournaledBeforeItsAnswer(t *testing.T) {
+	h := newHarnessWith(t, Config{Secret: testSecret, MaxReservations: 256, UsageHeadroom: 4,
+		AckDurable: true, AckQueue: 8}, 1024)
+	h.provisionSnap(routedSnapshot(t, "acme"), "key-acme", 100_000)
+	h.drainOut()
+	resp := h.authz("GET", "/v1/authz", bearerAcme, "X-Original-Method: POST", "X-Original-URI: /v1/completions/gpt")
+	if len(h.parked) != 1 {
+		t.Fatalf("capture answered before its commit is durable: %d %q", resp.StatusCode(), resp.Header.String())
+	}
+	var journal []Outbound
+	for _, m := range h.drainOut() {
+		if m.Kind == OutCommit || m.Kind == OutUsage {
+			journal = append(journal, m)
+		}
+	}
+	if len(journal) != 1 || journal[0].Kind != OutCommit || journal[0].Usage.Units != 500 || journal[0].Usage.Quote != 500 {
+		t.Fatalf("capture sent %+v, want one commit journal entry of 500", journal)
+	}
+	h.in.Push(Inbound{Kind: InDurable, Seq: journal[0].Seq})
+	h.s.Poll(t0 + 2)
+	if len(h.parked) != 0 || resp.StatusCode() != 200 {
+		t.Fatalf("after the journal is durable: %d parked, %d", len(h.parked), resp.StatusCode())
+	}
+	if id := string(resp.Header.Peek("X-Tollgate-Request-Id")); id != string(journal[0].Usage.RequestID.AppendHex(nil)) {
+		t.Fatalf("answer names request %s, journal %x", id, journal[0].Usage.RequestID)
+	}
+	if h.s.usageReserved != 1 {
+		t.Fatalf("%d usage slots reserved, want 1 (the open reservation's bill)", h.s.usageReserved)
+	}
+}
+
 // TestAuthzAnswerWaitsForDurableUsageWithItsHeaders: a billed forward-auth
 // answer is parked until its usage is on disk, and comes back with its
 // headers.
