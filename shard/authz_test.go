@@ -495,6 +495,45 @@ func TestAuthzAllocatesNothingWhenWarm(t *testing.T) {
 	}
 }
 
+// TestCaptureAndFinishAllocateNothingWhenWarm: a capture route's call
+// (admitted, committed, journaled) and the finish that bills it allocate
+// nothing once warm.
+func TestCaptureAndFinishAllocateNothingWhenWarm(t *testing.T) {
+	h := newHarness(t, 0, 1<<16)
+	snap := routedSnapshot(t, "acme")
+	snap.Limits.RequestRate, snap.Limits.RequestBurst = 1e6, 1e6
+	h.provisionSnap(snap, "key-acme", 1<<50)
+	capture, finish := fasthttp.AcquireRequest(), fasthttp.AcquireRequest()
+	capture.Header.SetMethod("GET")
+	capture.SetRequestURI("/v1/authz")
+	capture.Header.Set("Authorization", "Bearer key-acme")
+	capture.Header.Set("X-Original-Method", "POST")
+	capture.Header.Set("X-Original-URI", "/v1/completions/gpt")
+	finish.Header.SetMethod("POST")
+	finish.SetRequestURI("/v1/finish")
+	finish.Header.Set("Authorization", "Bearer key-acme")
+	body := []byte(`{"reservation":"00000000000000000000","units":42}`)
+	resp := &fasthttp.Response{}
+	c, f := &Request{Req: capture, Resp: resp, Now: t0}, &Request{Req: finish, Resp: resp, Now: t0}
+	requireNoAllocsWhenWarm(t, "/v1/authz capture + /v1/finish", func() {
+		c.Now += 2e6
+		h.s.Serve(c)
+		res := resp.Header.Peek("X-Tollgate-Reservation")
+		if resp.StatusCode() != 200 || len(res) != 20 {
+			t.Fatalf("capture = %d %s", resp.StatusCode(), resp.Body())
+		}
+		copy(body[16:36], res)
+		finish.SetBodyRaw(body)
+		f.Now = c.Now
+		h.s.Serve(f)
+		if resp.StatusCode() != 200 {
+			t.Fatalf("finish = %d %s", resp.StatusCode(), resp.Body())
+		}
+		h.out.Ring().Pop() // the journal entry
+		h.out.Ring().Pop() // the bill
+	})
+}
+
 func TestAuthzRefusalAllocatesNothingWhenWarm(t *testing.T) {
 	h := newHarness(t, 0, 1<<16)
 	h.provisionSnap(routedSnapshot(t, "acme"), "key-acme", 1<<50)
