@@ -38,6 +38,10 @@ func (s *Shard) Serve(r *Request) {
 	post := r.Req.Header.IsPost()
 	s.lat.begin(r, path)
 	switch {
+	case isAuthzCall(r.Req.Header.RequestURI()):
+		// Before the normalised path: Envoy's suffix is the client's path
+		// as sent, and "/v1/authz/../../livez" must not reach /livez.
+		s.serveAuthz(r)
 	case bytes.Equal(path, pathCheck) && post:
 		s.serveAdmit(r, true)
 	case bytes.Equal(path, pathAdmit) && post:

@@ -263,6 +263,38 @@ func TestAuthzRefusalsAreProblems(t *testing.T) {
 	}
 }
 
+// TestEnvoySuffixNeverLeavesTheRoute: Envoy appends the client's path to
+// /v1/authz as the client sent it, dot segments and escapes included. The
+// call is the forward-auth route whatever that path resolves to: a suffix
+// that normalises to /livez, /readyz or /v1/check must not be answered by
+// that route (a 200 from /livez would let a request without a key through
+// the gateway, unbilled).
+func TestEnvoySuffixNeverLeavesTheRoute(t *testing.T) {
+	h := newHarness(t, 0, 1024)
+	snap := routedSnapshot(t, "acme")
+	h.provisionSnap(snap, "key-acme", 100_000)
+	h.drainOut()
+	for _, c := range []struct{ method, suffix string }{
+		{"GET", "/../../livez"},
+		{"GET", "/x/..%2f..%2f..%2flivez"},
+		{"GET", "/%2e%2e/%2e%2e/readyz?x=1"},
+		{"POST", "/../check"},
+		{"POST", "/../../v1/admission"},
+	} {
+		resp := h.authz(c.method, "/v1/authz"+c.suffix)
+		if m := problem(t, c.suffix, resp); resp.StatusCode() != 401 || m["code"] != "unknown-principal" {
+			t.Errorf("%s %s without a key: %d %v, want 401 unknown-principal", c.method, c.suffix, resp.StatusCode(), m)
+		}
+		resp = h.authz(c.method, "/v1/authz"+c.suffix, bearerAcme)
+		if m := problem(t, c.suffix, resp); resp.StatusCode() != 403 || m["code"] != "route-not-allowed" {
+			t.Errorf("%s %s with a key: %d %v, want 403 route-not-allowed (no rule matches)", c.method, c.suffix, resp.StatusCode(), m)
+		}
+	}
+	if u := h.usageUnits(); len(u) != 0 {
+		t.Fatalf("billed %v", u)
+	}
+}
+
 func TestAuthzWithoutRoutesRefusesEveryRoute(t *testing.T) {
 	h := newHarness(t, 0, 1024)
 	h.provision("acme", "key-acme", 100_000)
