@@ -355,6 +355,7 @@ func send(t *testing.T, method, url, key string, body string, headers ...string)
 func runGatewayScenarios(t *testing.T, d *daemon, app *upstream, base, name string, problemBodies bool) {
 	funded := d.account(name+"-funded", 1_000_000, nil)
 	broke := d.account(name+"-broke", 5, nil) // less than one request costs
+	chunked := d.account(name+"-chunked", 2_000_000, nil)
 	limited := d.account(name+"-limited", 1_000_000, func(p map[string]any) {
 		p["limits"].(map[string]any)["request_rate"] = 1
 		p["limits"].(map[string]any)["request_burst"] = 1
@@ -434,6 +435,24 @@ func runGatewayScenarios(t *testing.T, d *daemon, app *upstream, base, name stri
 	}
 	if r = send(t, "GET", base+"/v1/models", funded, ""); r.status != 200 {
 		t.Fatalf("default route: %d %q", r.status, r.body)
+	}
+
+	// A chunked upload has no Content-Length when tollgated is asked: it
+	// pays its route's count, the most a body may be (1 MiB), not 1.
+	req, _ := http.NewRequest("PUT", base+"/v1/files/stream.bin", io.MultiReader(strings.NewReader(upload)))
+	req.Header.Set("Authorization", "Bearer "+chunked)
+	req.TransferEncoding = []string{"chunked"}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("chunked upload: %d", resp.StatusCode)
+	}
+	if u := d.usage(name+"-chunked", 1); len(u) != 1 || u[0] != 1<<20 {
+		t.Fatalf("a chunked upload was billed %v, want [%d]", u, 1<<20)
 	}
 
 	// Authorize here, capture later: the completion holds 4000 units; the
