@@ -53,6 +53,16 @@ var (
 
 // ReasonOf returns the deny reason an error carries, or DenyNone.
 func ReasonOf(err error) DenyReason {
+	// The engine returns its refusals unwrapped: look at those, and at a
+	// nil error, first. errors.As takes its target's address, which puts
+	// the target on the heap each time that line runs (the staged routes
+	// call this for every commit, finish and cancel).
+	if re, ok := err.(*RefusalError); ok {
+		return re.Reason
+	}
+	if err == nil {
+		return DenyNone
+	}
 	var re *RefusalError
 	if errors.As(err, &re) {
 		return re.Reason

@@ -38,6 +38,10 @@ func (s *Shard) Serve(r *Request) {
 	post := r.Req.Header.IsPost()
 	s.lat.begin(r, path)
 	switch {
+	case isAuthzCall(r.Req.Header.RequestURI()):
+		// Before the normalised path: Envoy's suffix is the client's path
+		// as sent, and "/v1/authz/../../livez" must not reach /livez.
+		s.serveAuthz(r)
 	case bytes.Equal(path, pathCheck) && post:
 		s.serveAdmit(r, true)
 	case bytes.Equal(path, pathAdmit) && post:
@@ -225,15 +229,30 @@ func (s *Shard) runAdmit(r *Request, p core.Principal, mode admitMode, w *fundin
 		return
 	}
 	id := s.requestID(now)
+	if a.capture && !s.reserveUsage() {
+		// No room to journal the commit, as /v1/commit would: refuse
+		// before the work may start.
+		s.engine.Cancel(res, now)
+		s.engine.CountDenial(core.DenyAccountingBackpressure)
+		s.writeDenial(r.Resp, core.Denial{Reason: core.DenyAccountingBackpressure})
+		return
+	}
 	if err := s.engine.AcquireCapacity(res); err != nil {
+		s.releaseJournal(a.capture)
 		s.writeDenial(r.Resp, core.Denial{Reason: core.ReasonOf(err)})
 		return
 	}
 	if err := s.engine.Commit(res, id, now); err != nil {
+		s.releaseJournal(a.capture)
 		s.writeDenial(r.Resp, core.Denial{Reason: core.ReasonOf(err)})
 		return
 	}
-	if !a.capture {
+	if a.capture {
+		// Journaled like /v1/commit: if this node dies before the service
+		// finishes, its restart bills the quote. The answer waits for it.
+		ev, _ := s.engine.Committed(res, now)
+		s.sendReserved(OutCommit, &ev)
+	} else {
 		s.engine.Finish(res, quote, now)
 	}
 	if mode == modeAuthz {
@@ -248,6 +267,14 @@ func (s *Shard) runAdmit(r *Request, p core.Principal, mode admitMode, w *fundin
 	b = ctx.PolicyRevision().AppendHex(b)
 	b = append(b, `"}`...)
 	s.writeJSON(r.Resp, fasthttp.StatusOK, b)
+}
+
+// releaseJournal returns the slot a capture reserved for its commit's
+// journal entry when the commit does not happen.
+func (s *Shard) releaseJournal(capture bool) {
+	if capture {
+		s.Release()
+	}
 }
 
 // beginDenial is Begin's refusal as answered: a suspension or closure

@@ -75,6 +75,17 @@ func isAuthzPath(p []byte) bool {
 	return bytes.Equal(p, pathAuthz) || bytes.HasPrefix(p, pathAuthzDir)
 }
 
+// isAuthzCall reports whether a request's URI, as sent, is a forward-auth
+// call: /v1/authz, with a query, or with a suffix. The route is chosen on
+// these raw bytes, not on the normalised path, because an Envoy suffix may
+// hold dot segments and escaped slashes that resolve to another route.
+func isAuthzCall(uri []byte) bool {
+	if !bytes.HasPrefix(uri, pathAuthz) {
+		return false
+	}
+	return len(uri) == len(pathAuthz) || uri[len(pathAuthz)] == '/' || uri[len(pathAuthz)] == '?'
+}
+
 // serveAuthz answers one forward-auth call.
 func (s *Shard) serveAuthz(r *Request) {
 	if code, field := s.readOriginal(r.Req); code != "" {

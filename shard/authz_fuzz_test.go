@@ -8,7 +8,8 @@ import (
 )
 
 // authzStatuses are the statuses docs/API.md lists for /v1/authz (a
-// suffix that normalises to another route may reach that route's 404/405).
+// call whose URI is not /v1/authz, /v1/authz?… or /v1/authz/… as sent,
+// "/v1/authzx/../check" say, is another route's, and may be its 404/405).
 var authzStatuses = map[int]bool{200: true, 400: true, 401: true, 402: true, 403: true, 404: true, 405: true,
 	409: true, 413: true, 422: true, 429: true, 503: true}
 
@@ -23,6 +24,7 @@ func FuzzAuthz(f *testing.F) {
 	f.Add("POST", "/v1/completions/a", "", "", "", "", "X-Api-Key", "key-acme", "", "")
 	f.Add("GET", "", "POST", "/v1/%ff", "POST", "/v1/chat", "", "", "bearer key-acme", "")
 	f.Add("HEAD", "/../check", "", "", "", "", "", "", "Bearer key-acme", "")
+	f.Add("GET", "/../../livez", "", "", "", "", "", "", "", "")
 	f.Fuzz(func(t *testing.T, method, suffix, om, ou, fm, fu, keyHeader, key, auth, count string) {
 		h := newHarnessWith(t, Config{ID: 1, Secret: testSecret, MaxReservations: 64, UsageHeadroom: 4,
 			FundingWait: NoFundingWait}, 256)
@@ -49,8 +51,10 @@ func FuzzAuthz(f *testing.F) {
 			t.Fatalf("undocumented status %d: %q", st, resp.Body())
 		}
 		if st == 200 {
-			if body := resp.Body(); len(body) > 0 && !json.Valid(body) {
-				t.Fatalf("200 with a body that is not JSON: %q", body)
+			// Only an admitted forward-auth call passes: a suffix that
+			// resolves to another route (/livez) must not answer 200.
+			if acct := resp.Header.Peek("X-Tollgate-Account"); string(acct) != "acme" || len(resp.Body()) != 0 {
+				t.Fatalf("200 without the account (%q) or with a body: %q", acct, resp.Body())
 			}
 			return
 		}

@@ -263,6 +263,38 @@ func TestAuthzRefusalsAreProblems(t *testing.T) {
 	}
 }
 
+// TestEnvoySuffixNeverLeavesTheRoute: Envoy appends the client's path to
+// /v1/authz as the client sent it, dot segments and escapes included. The
+// call is the forward-auth route whatever that path resolves to: a suffix
+// that normalises to /livez, /readyz or /v1/check must not be answered by
+// that route (a 200 from /livez would let a request without a key through
+// the gateway, unbilled).
+func TestEnvoySuffixNeverLeavesTheRoute(t *testing.T) {
+	h := newHarness(t, 0, 1024)
+	snap := routedSnapshot(t, "acme")
+	h.provisionSnap(snap, "key-acme", 100_000)
+	h.drainOut()
+	for _, c := range []struct{ method, suffix string }{
+		{"GET", "/../../livez"},
+		{"GET", "/x/..%2f..%2f..%2flivez"},
+		{"GET", "/%2e%2e/%2e%2e/readyz?x=1"},
+		{"POST", "/../check"},
+		{"POST", "/../../v1/admission"},
+	} {
+		resp := h.authz(c.method, "/v1/authz"+c.suffix)
+		if m := problem(t, c.suffix, resp); resp.StatusCode() != 401 || m["code"] != "unknown-principal" {
+			t.Errorf("%s %s without a key: %d %v, want 401 unknown-principal", c.method, c.suffix, resp.StatusCode(), m)
+		}
+		resp = h.authz(c.method, "/v1/authz"+c.suffix, bearerAcme)
+		if m := problem(t, c.suffix, resp); resp.StatusCode() != 403 || m["code"] != "route-not-allowed" {
+			t.Errorf("%s %s with a key: %d %v, want 403 route-not-allowed (no rule matches)", c.method, c.suffix, resp.StatusCode(), m)
+		}
+	}
+	if u := h.usageUnits(); len(u) != 0 {
+		t.Fatalf("billed %v", u)
+	}
+}
+
 func TestAuthzWithoutRoutesRefusesEveryRoute(t *testing.T) {
 	h := newHarness(t, 0, 1024)
 	h.provision("acme", "key-acme", 100_000)
@@ -354,6 +386,41 @@ func TestAuthorizeThenCapture(t *testing.T) {
 	}
 	if len(lapsed) != 1 || !lapsed[0].Lapsed || lapsed[0].Units != 500 {
 		t.Fatalf("unfinished capture: %+v", lapsed)
+	}
+}
+
+// TestCaptureIsJournaledBeforeItsAnswer: a capture route commits a
+// reservation, so like /v1/commit it journals the commit (a node killed
+// before the service finishes bills the quote when it restarts), and the
+// gateway's 200 waits until that entry is on disk.
+func TestCaptureIsJournaledBeforeItsAnswer(t *testing.T) {
+	h := newHarnessWith(t, Config{Secret: testSecret, MaxReservations: 256, UsageHeadroom: 4,
+		AckDurable: true, AckQueue: 8}, 1024)
+	h.provisionSnap(routedSnapshot(t, "acme"), "key-acme", 100_000)
+	h.drainOut()
+	resp := h.authz("GET", "/v1/authz", bearerAcme, "X-Original-Method: POST", "X-Original-URI: /v1/completions/gpt")
+	if len(h.parked) != 1 {
+		t.Fatalf("capture answered before its commit is durable: %d %q", resp.StatusCode(), resp.Header.String())
+	}
+	var journal []Outbound
+	for _, m := range h.drainOut() {
+		if m.Kind == OutCommit || m.Kind == OutUsage {
+			journal = append(journal, m)
+		}
+	}
+	if len(journal) != 1 || journal[0].Kind != OutCommit || journal[0].Usage.Units != 500 || journal[0].Usage.Quote != 500 {
+		t.Fatalf("capture sent %+v, want one commit journal entry of 500", journal)
+	}
+	h.in.Push(Inbound{Kind: InDurable, Seq: journal[0].Seq})
+	h.s.Poll(t0 + 2)
+	if len(h.parked) != 0 || resp.StatusCode() != 200 {
+		t.Fatalf("after the journal is durable: %d parked, %d", len(h.parked), resp.StatusCode())
+	}
+	if id := string(resp.Header.Peek("X-Tollgate-Request-Id")); id != string(journal[0].Usage.RequestID.AppendHex(nil)) {
+		t.Fatalf("answer names request %s, journal %x", id, journal[0].Usage.RequestID)
+	}
+	if h.s.usageReserved != 1 {
+		t.Fatalf("%d usage slots reserved, want 1 (the open reservation's bill)", h.s.usageReserved)
 	}
 }
 
@@ -458,6 +525,45 @@ func TestAuthzAllocatesNothingWhenWarm(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestCaptureAndFinishAllocateNothingWhenWarm: a capture route's call
+// (admitted, committed, journaled) and the finish that bills it allocate
+// nothing once warm.
+func TestCaptureAndFinishAllocateNothingWhenWarm(t *testing.T) {
+	h := newHarness(t, 0, 1<<16)
+	snap := routedSnapshot(t, "acme")
+	snap.Limits.RequestRate, snap.Limits.RequestBurst = 1e6, 1e6
+	h.provisionSnap(snap, "key-acme", 1<<50)
+	capture, finish := fasthttp.AcquireRequest(), fasthttp.AcquireRequest()
+	capture.Header.SetMethod("GET")
+	capture.SetRequestURI("/v1/authz")
+	capture.Header.Set("Authorization", "Bearer key-acme")
+	capture.Header.Set("X-Original-Method", "POST")
+	capture.Header.Set("X-Original-URI", "/v1/completions/gpt")
+	finish.Header.SetMethod("POST")
+	finish.SetRequestURI("/v1/finish")
+	finish.Header.Set("Authorization", "Bearer key-acme")
+	body := []byte(`{"reservation":"00000000000000000000","units":42}`)
+	resp := &fasthttp.Response{}
+	c, f := &Request{Req: capture, Resp: resp, Now: t0}, &Request{Req: finish, Resp: resp, Now: t0}
+	requireNoAllocsWhenWarm(t, "/v1/authz capture + /v1/finish", func() {
+		c.Now += 2e6
+		h.s.Serve(c)
+		res := resp.Header.Peek("X-Tollgate-Reservation")
+		if resp.StatusCode() != 200 || len(res) != 20 {
+			t.Fatalf("capture = %d %s", resp.StatusCode(), resp.Body())
+		}
+		copy(body[16:36], res)
+		finish.SetBodyRaw(body)
+		f.Now = c.Now
+		h.s.Serve(f)
+		if resp.StatusCode() != 200 {
+			t.Fatalf("finish = %d %s", resp.StatusCode(), resp.Body())
+		}
+		h.out.Ring().Pop() // the journal entry
+		h.out.Ring().Pop() // the bill
+	})
 }
 
 func TestAuthzRefusalAllocatesNothingWhenWarm(t *testing.T) {

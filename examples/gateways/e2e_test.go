@@ -355,6 +355,7 @@ func send(t *testing.T, method, url, key string, body string, headers ...string)
 func runGatewayScenarios(t *testing.T, d *daemon, app *upstream, base, name string, problemBodies bool) {
 	funded := d.account(name+"-funded", 1_000_000, nil)
 	broke := d.account(name+"-broke", 5, nil) // less than one request costs
+	chunked := d.account(name+"-chunked", 2_000_000, nil)
 	limited := d.account(name+"-limited", 1_000_000, func(p map[string]any) {
 		p["limits"].(map[string]any)["request_rate"] = 1
 		p["limits"].(map[string]any)["request_burst"] = 1
@@ -396,8 +397,8 @@ func runGatewayScenarios(t *testing.T, d *daemon, app *upstream, base, name stri
 	// No key: 401, with tollgated's challenge.
 	r = send(t, "POST", base+"/v1/chat", "", `{}`)
 	refused("no key", r, 401)
-	if r.header.Get("WWW-Authenticate") != `Bearer realm="tollgated"` {
-		t.Fatalf("401 without the Bearer challenge: %v", r.header)
+	if c := r.header.Values("WWW-Authenticate"); len(c) != 1 || c[0] != `Bearer realm="tollgated"` {
+		t.Fatalf("401 without exactly one Bearer challenge: %v", r.header)
 	}
 
 	// An exhausted budget: 402, with Retry-After until the day's allowance.
@@ -434,6 +435,24 @@ func runGatewayScenarios(t *testing.T, d *daemon, app *upstream, base, name stri
 	}
 	if r = send(t, "GET", base+"/v1/models", funded, ""); r.status != 200 {
 		t.Fatalf("default route: %d %q", r.status, r.body)
+	}
+
+	// A chunked upload has no Content-Length when tollgated is asked: it
+	// pays its route's count, the most a body may be (1 MiB), not 1.
+	req, _ := http.NewRequest("PUT", base+"/v1/files/stream.bin", io.MultiReader(strings.NewReader(upload)))
+	req.Header.Set("Authorization", "Bearer "+chunked)
+	req.TransferEncoding = []string{"chunked"}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("chunked upload: %d", resp.StatusCode)
+	}
+	if u := d.usage(name+"-chunked", 1); len(u) != 1 || u[0] != 1<<20 {
+		t.Fatalf("a chunked upload was billed %v, want [%d]", u, 1<<20)
 	}
 
 	// Authorize here, capture later: the completion holds 4000 units; the
