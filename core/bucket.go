@@ -47,3 +47,14 @@ func (b *bucket) take(n uint64, rate, burst uint32, now int64) (ok bool, wait in
 	deficit := need - b.level
 	return false, int64((deficit + uint64(rate) - 1) / uint64(rate))
 }
+
+// left is what the bucket holds, as last refilled by take: whole tokens,
+// and nanoseconds until it is full at rate (0 when full or rate is 0).
+func (b *bucket) left(rate, burst uint32) (tokens uint32, full int64) {
+	capacity := uint64(burst) * tokenScale
+	level := min(b.level, capacity)
+	if rate != 0 {
+		full = int64((capacity - level + uint64(rate) - 1) / uint64(rate))
+	}
+	return uint32(level / tokenScale), full
+}

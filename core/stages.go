@@ -11,6 +11,22 @@ type RequestContext struct {
 	// rated: the request's rate tokens were taken by an earlier attempt
 	// (see Rated).
 	rated bool
+	// reqLeft and reqFull describe the account's request bucket on this
+	// engine once an admitted request has taken its token: whole tokens
+	// left, and ns until it is full again. reqKnown says they are set.
+	reqKnown bool
+	reqLeft  uint32
+	reqFull  int64
+}
+
+// RequestsLeft is what the account's request-rate bucket on this engine
+// held after an admitted request took its token: whole requests left, and
+// nanoseconds until the bucket is full again. ok is false until a request
+// has passed the request-rate stage of Admit (and always when the policy
+// sets no request rate). It describes this engine's share of the limit
+// (each shard holds one), not the node's.
+func (c *RequestContext) RequestsLeft() (left uint32, full int64, ok bool) {
+	return c.reqLeft, c.reqFull, c.reqKnown
 }
 
 // Rated marks a request that is tried again after a funding refusal: its
@@ -127,11 +143,15 @@ func (e *Engine) Admit(c *RequestContext, work []WorkItem, slot UsageSlot, now i
 	}
 	a := pe.acct
 	reqRate, reqBurst, unitRate, unitBurst, maxConc := a.effective(l)
-	if l.RequestRate != 0 && !c.rated {
-		if ok, wait := a.req.take(1, reqRate, reqBurst, now); !ok {
-			e.starve(a)
-			return e.refuseAdmit(slot, Denial{Reason: DenyRequestRateLimited, RetryAfter: wait})
+	if l.RequestRate != 0 {
+		if !c.rated {
+			if ok, wait := a.req.take(1, reqRate, reqBurst, now); !ok {
+				e.starve(a)
+				return e.refuseAdmit(slot, Denial{Reason: DenyRequestRateLimited, RetryAfter: wait})
+			}
 		}
+		c.reqKnown = true
+		c.reqLeft, c.reqFull = a.req.left(reqRate, reqBurst)
 	}
 	if l.UnitRate != 0 && !c.rated {
 		if ok, wait := a.units.take(uint64(p.quote), unitRate, unitBurst, now); !ok {

@@ -20,16 +20,16 @@ import (
 
 // ackBodyMax bounds a parked body and its kept header values; every answer
 // that reports usage is far shorter (the longest, /v1/check's body, is
-// under 200 bytes; /v1/authz's header values, at most 224 bytes, and no
+// under 200 bytes; /v1/authz's header values, at most 260 bytes, and no
 // body: TestAuthzAnswerWaitsForDurableUsageWithItsHeaders parks the longest).
-const ackBodyMax = 256
+const ackBodyMax = 288
 
 // DefaultAckQueue is the parked answers one shard holds by default.
 const DefaultAckQueue = 4096
 
 // parkedHeaders are the response headers a parked answer keeps: the
 // forward-auth route answers in headers (authz.go).
-var parkedHeaders = [...]string{hdrAccount, hdrRequestID, hdrUnits, hdrReservation, hdrRateLimitPolicy}
+var parkedHeaders = [...]string{hdrAccount, hdrRequestID, hdrUnits, hdrReservation, hdrRateLimitPolicy, hdrRateLimit}
 
 type parkedAnswer struct {
 	seq    uint64 // the usage event it waits for

@@ -365,6 +365,17 @@ func (s *Shard) writeAuthzAllowed(resp *fasthttp.Response, ctx *core.RequestCont
 		resp.Header.SetBytesV(hdrRateLimitPolicy, b)
 		s.hdr = b[:0]
 	}
+	if left, full, ok := ctx.RequestsLeft(); ok {
+		// What this shard's share of the request rate has left, and the
+		// whole seconds until it is whole again: a lower bound of the
+		// node's when the client's connection stays on one shard.
+		b := append(s.hdr[:0], policyRequests+";r="...)
+		b = strconv.AppendUint(b, uint64(left), 10)
+		b = append(b, ";t="...)
+		b = strconv.AppendInt(b, (full+999_999_999)/1e9, 10)
+		resp.Header.SetBytesV(hdrRateLimit, b)
+		s.hdr = b[:0]
+	}
 	resp.SetBody(nil)
 }
 

@@ -310,9 +310,15 @@ func TestAuthzRateLimitCarriesRetryAfterAndRateLimit(t *testing.T) {
 	snap.Limits.RequestRate, snap.Limits.RequestBurst, snap.Limits.MaxConcurrent = 2, 3, 8
 	h.provisionSnap(snap, "key-acme", 1<<40)
 	chat := []string{bearerAcme, "X-Original-Method: POST", "X-Original-URI: /v1/chat"}
-	for range 3 {
-		if resp := h.authz("GET", "/v1/authz", chat...); resp.StatusCode() != 200 {
+	// Each allowed answer says what the shard's share has left: a burst of
+	// 3 at 2 a second, so 2, 1, 0 requests, and whole again in 1, 1, 2 s.
+	for i, want := range []string{`"requests";r=2;t=1`, `"requests";r=1;t=1`, `"requests";r=0;t=2`} {
+		resp := h.authz("GET", "/v1/authz", chat...)
+		if resp.StatusCode() != 200 {
 			t.Fatalf("within burst: %d %s", resp.StatusCode(), resp.Body())
+		}
+		if got := string(resp.Header.Peek("RateLimit")); got != want {
+			t.Fatalf("allowed answer %d: RateLimit %q, want %q", i, got, want)
 		}
 		h.drainOut()
 	}
@@ -435,10 +441,11 @@ func TestAuthzAnswerWaitsForDurableUsageWithItsHeaders(t *testing.T) {
 	snap := routedSnapshot(t, long)
 	snap.Limits.RequestRate, snap.Limits.RequestBurst, snap.Limits.MaxConcurrent = 4294967295, 4294967295, 2147483647
 	h.provisionSnap(snap, "key-long", 100_000)
-	for _, c := range []struct{ key, account, policy string }{
-		{"key-acme", "acme", `"requests";q=1000;w=1;tollgated-burst=1000`},
+	for _, c := range []struct{ key, account, policy, left string }{
+		{"key-acme", "acme", `"requests";q=1000;w=1;tollgated-burst=1000`, `"requests";r=999;t=1`},
 		// The longest answer there is: it must fit the parked entry.
-		{"key-long", string(long), `"requests";q=4294967295;w=1;tollgated-burst=4294967295, "concurrency";q=2147483647;qu="concurrent-requests"`},
+		{"key-long", string(long), `"requests";q=4294967295;w=1;tollgated-burst=4294967295, "concurrency";q=2147483647;qu="concurrent-requests"`,
+			`"requests";r=4294967294;t=1`},
 	} {
 		resp := h.authz("GET", "/v1/authz", "Authorization: Bearer "+c.key, "X-Original-Method: POST", "X-Original-URI: /v1/chat")
 		if len(h.parked) != 1 {
@@ -449,7 +456,7 @@ func TestAuthzAnswerWaitsForDurableUsageWithItsHeaders(t *testing.T) {
 		h.s.Poll(t0 + 2)
 		hdr := func(k string) string { return string(resp.Header.Peek(k)) }
 		if resp.StatusCode() != 200 || hdr("X-Tollgate-Account") != c.account || len(hdr("X-Tollgate-Request-Id")) != 32 ||
-			hdr("X-Tollgate-Units") != "10" || hdr("RateLimit-Policy") != c.policy || len(resp.Body()) != 0 {
+			hdr("X-Tollgate-Units") != "10" || hdr("RateLimit-Policy") != c.policy || hdr("RateLimit") != c.left || len(resp.Body()) != 0 {
 			t.Fatalf("%s: released answer %d %q %q", c.account, resp.StatusCode(), resp.Header.String(), resp.Body())
 		}
 	}
@@ -462,14 +469,19 @@ func TestAuthzAnswerWaitsForDurableUsageWithItsHeaders(t *testing.T) {
 // funding waits for the grant, then is answered with its headers.
 func TestAuthzWaitsForFundingLikeCheck(t *testing.T) {
 	h := newHarness(t, 0, 1024)
-	h.provisionSnap(routedSnapshot(t, "acme"), "key-acme", 0)
+	snap := routedSnapshot(t, "acme")
+	snap.Limits.RequestRate, snap.Limits.RequestBurst = 10, 10
+	h.provisionSnap(snap, "key-acme", 0)
 	resp := h.authz("GET", "/v1/authz", bearerAcme, "X-Original-Method: POST", "X-Original-URI: /v1/completions/x")
 	if len(h.parked) != 1 {
 		t.Fatalf("not parked: %d %q", resp.StatusCode(), resp.Body())
 	}
 	h.grant("acme", 1, 100_000, t0+3)
 	if resp.StatusCode() != 200 || len(resp.Header.Peek("X-Tollgate-Reservation")) != 20 ||
-		string(resp.Header.Peek("X-Tollgate-Account")) != "acme" {
+		string(resp.Header.Peek("X-Tollgate-Account")) != "acme" ||
+		// Its rate token was taken before the wait; the answer still says
+		// what is left.
+		string(resp.Header.Peek("RateLimit")) != `"requests";r=9;t=1` {
 		t.Fatalf("after the grant: %d %q", resp.StatusCode(), resp.Header.String())
 	}
 	if u := h.usageUnits(); len(u) != 0 {

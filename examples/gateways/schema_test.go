@@ -345,6 +345,14 @@ func checkExtAuthz(c *checker, path string, tc node, clusters map[string]bool) {
 			}
 		}
 	}
+	if resp["allowed_client_headers_on_success"] != nil {
+		client := exact(path+".allowed_client_headers_on_success", resp["allowed_client_headers_on_success"])
+		for _, h := range []string{"ratelimit", "ratelimit-policy"} {
+			if !slices.Contains(client, h) {
+				c.fail(path+".allowed_client_headers_on_success", "does not pass %s to the client", h)
+			}
+		}
+	}
 }
 
 func TestTraefikConfigMatchesItsSchema(t *testing.T) {
