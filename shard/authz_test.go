@@ -253,6 +253,9 @@ func TestAuthzRefusalsAreProblems(t *testing.T) {
 		if f, _ := m["field"].(string); f != c.field {
 			t.Errorf("%s: field %q, want %q", c.name, f, c.field)
 		}
+		if ra := string(resp.Header.Peek("Retry-After")); c.status == 503 && ra != "1" {
+			t.Errorf("%s: 503 with Retry-After %q, want 1", c.name, ra)
+		}
 	}
 	if u := h.usageUnits(); len(u) != 0 {
 		t.Fatalf("refusals billed %v", u)

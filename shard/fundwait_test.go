@@ -74,6 +74,10 @@ func TestWaitEndsAtTheDeadlineWithTheRefusal(t *testing.T) {
 	if st != 503 || body["code"] != "lease-unavailable" {
 		t.Fatalf("at the deadline: %d %v", st, body)
 	}
+	// Every 503 says when to come back, as a gateway passes it on.
+	if ra := string(resp.Header.Peek("Retry-After")); ra != "1" || body["retry_after_ms"] != float64(1000) {
+		t.Fatalf("503 with Retry-After %q and retry_after_ms %v, want 1 and 1000", ra, body["retry_after_ms"])
+	}
 	if ct := string(resp.Header.ContentType()); ct != "application/problem+json" {
 		t.Fatalf("content type %q", ct)
 	}

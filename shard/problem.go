@@ -2,6 +2,7 @@ package shard
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -61,11 +62,20 @@ var denyTitle = [core.NumDenyReasons]string{
 	core.DenyBalanceInsufficient:    "Balance insufficient",
 }
 
+// unavailableRetry is the Retry-After of a 503 that knows no better time:
+// funding on its way, accounting backed up, capacity or a policy refresh
+// pending are each a matter of a moment, and a second keeps the retries
+// of many clients from arriving while the shard still waits.
+const unavailableRetry = int64(time.Second)
+
 // writeDenial answers a refusal as application/problem+json, with
 // Retry-After (whole seconds, rounded up) when a transient refusal knows
-// when to retry.
+// when to retry, and on every 503 (unavailableRetry when it does not).
 func (s *Shard) writeDenial(resp *fasthttp.Response, d core.Denial) {
 	r := d.Reason
+	if d.RetryAfter <= 0 && denyStatus[r] == fasthttp.StatusServiceUnavailable {
+		d.RetryAfter = unavailableRetry
+	}
 	b := s.out[:0]
 	b = append(b, `{"type":"about:blank","title":"`...)
 	b = append(b, denyTitle[r]...)
