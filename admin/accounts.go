@@ -142,7 +142,8 @@ func (s *Server) listAccounts(w http.ResponseWriter, r *http.Request) error {
 			return codeProblem(codeInvalidQuery, "parent", "%v", err)
 		}
 	}
-	return s.pageAccounts(w, r, q, parent)
+	// An unknown parent is the query's fault: the problem names it.
+	return s.pageAccounts(w, r, q, parent, codeProblem(codeUnknownAccount, "parent", "no account %q", parent))
 }
 
 // children: GET /v1/accounts/{id}/children?status=&limit=&cursor= — the
@@ -156,10 +157,12 @@ func (s *Server) children(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return s.pageAccounts(w, r, q, id)
+	return s.pageAccounts(w, r, q, id, unknownAccount(id))
 }
 
-func (s *Server) pageAccounts(w http.ResponseWriter, r *http.Request, q query, parent core.AccountID) error {
+// pageAccounts answers a page of parent's children (every account when
+// parent is ""); unknown is the answer when parent does not exist.
+func (s *Server) pageAccounts(w http.ResponseWriter, r *http.Request, q query, parent core.AccountID, unknown *apiError) error {
 	f := ledger.AccountFilter{Parent: parent}
 	if v, ok := q.get("status"); ok {
 		st, known := statusNames[v]
@@ -174,7 +177,7 @@ func (s *Server) pageAccounts(w http.ResponseWriter, r *http.Request, q query, p
 	}
 	accts, next, err := s.store.ListAccounts(r.Context(), f, ledger.Page{After: p.after, Limit: p.limit})
 	if err != nil {
-		return ledgerError(pageError(err), unknownAccount(parent))
+		return ledgerError(pageError(err), unknown)
 	}
 	views := make([]accountView, len(accts))
 	for i := range accts {

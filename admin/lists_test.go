@@ -84,7 +84,7 @@ func TestListAccountsAndChildren(t *testing.T) {
 		path, code, field string
 		status            int
 	}{
-		{"/v1/accounts?parent=nobody", codeUnknownAccount, "", 404},
+		{"/v1/accounts?parent=nobody", codeUnknownAccount, "parent", 404},
 		{"/v1/accounts/nobody/children", codeUnknownAccount, "", 404},
 		{"/v1/accounts?parent=Bad!", codeInvalidQuery, "parent", 400},
 		{"/v1/accounts?status=asleep", codeInvalidQuery, "status", 400},

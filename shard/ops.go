@@ -202,8 +202,9 @@ func (s *Shard) writeJSON(resp *fasthttp.Response, status int, body []byte) {
 	resp.SetBody(body)
 }
 
-// requestID names a billed request: the microsecond it was committed and
-// the shard (high 64 bits), then 64 random bits from the shard's own
+// requestID names a billed request: the microsecond it was committed,
+// modulo 2^48 (the shift drops the top bits: it wraps every 8.9 years),
+// and the shard (high 64 bits), then 64 random bits from the shard's own
 // generator — no syscall, no lock, no allocation. Ids that grow with time
 // keep the ledger's event index append-mostly: ingest touches the right
 // edge of its B+tree instead of a random page per event.

@@ -282,7 +282,10 @@ function renderAccounts(accounts) {
     const name = el('span', 'tree', '  '.repeat(depth) + (depth ? '└ ' : '') + a.id + ' (' + a.scope + ')');
     const spent = el('span');
     if (a.budget && a.budget.allowance > 0) {
-      const used = a.budget.allowance - a.allowance_left;
+      // Units this node's leases hold unspent go back to the allowance:
+      // not spent (tollgatectl's spendAgainstBudget says the same).
+      const held = (a.funds && a.funds.held_unspent) || 0;
+      const used = Math.min(Math.max(a.budget.allowance - a.allowance_left - held, 0), a.budget.allowance);
       spent.append(meter(used / a.budget.allowance), fmtNumber(used) + ' / ' + fmtNumber(a.budget.allowance) + ' per ' + a.budget.period);
     } else {
       spent.textContent = '–';

@@ -296,7 +296,11 @@ func (a *app) accountTree() *cobra.Command {
 }
 
 // spendAgainstBudget is "spent/allowance per period" for an account with a
-// budget: the period's allowance less what is left of it.
+// budget: the period's allowance less what is left of it and less what
+// this node's leases hold of it unspent. A lease takes its units from the
+// allowance first and gives back what it did not spend, so counting the
+// units it holds as spent would show a whole lease spent after one small
+// request. Units another node holds do count (this node cannot see them).
 func spendAgainstBudget(r record) string {
 	allowance, err1 := strconv.ParseInt(r.str("budget.allowance"), 10, 64)
 	left, err2 := strconv.ParseInt(r.str("allowance_left"), 10, 64)
@@ -304,7 +308,12 @@ func spendAgainstBudget(r record) string {
 	if err1 != nil || err2 != nil || allowance == 0 {
 		return "-"
 	}
-	return fmt.Sprintf("%d / %d per %s", allowance-left, allowance, period)
+	held, err := strconv.ParseInt(r.str("funds.held_unspent"), 10, 64)
+	if err != nil {
+		held = 0 // null: the node does not say
+	}
+	spent := min(max(allowance-left-held, 0), allowance)
+	return fmt.Sprintf("%d / %d per %s", spent, allowance, period)
 }
 
 func (a *app) budgetsCommand() *cobra.Command {

@@ -136,6 +136,6 @@ func (a *app) keyRotate() *cobra.Command {
 	}
 	cmd.Flags().DurationVar(&grace, "grace", 24*time.Hour, "how long the old key keeps working (0: stop it now; at most 720h)")
 	cmd.Flags().StringVar(&name, "name", "", "the new key's label (default: the old key's)")
-	cmd.Flags().StringVar(&expires, "expires-at", "", "when the new key stops: an RFC 3339 time or a duration from now")
+	cmd.Flags().StringVar(&expires, "expires-at", "", "when the new key stops: an RFC 3339 time or a duration from now (default: never; the old key's expiry is not carried over)")
 	return cmd
 }

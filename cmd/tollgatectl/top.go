@@ -101,6 +101,9 @@ func (a *app) top(ctx context.Context, interval time.Duration, frames int) error
 		}
 		cur, err := a.scrape(ctx)
 		if err != nil {
+			if ctx.Err() != nil {
+				return nil // interrupted while reading: the usual way to leave
+			}
 			return err
 		}
 		f := diff(prev, cur)

@@ -42,11 +42,14 @@ func chromium(t *testing.T) string {
 }
 
 // artifactsDir is where the test keeps its screenshots: TOLLGATED_ARTIFACTS
-// if set, else the test's temporary directory.
+// if set (.ci/run sets it), else tollgated-artifacts in the system's
+// temporary directory. Never the test's own temporary directory, which is
+// removed when the test ends: the screenshots are for a person to look at
+// afterwards.
 func artifactsDir(t *testing.T) string {
 	dir := os.Getenv("TOLLGATED_ARTIFACTS")
 	if dir == "" {
-		return t.TempDir()
+		dir = filepath.Join(os.TempDir(), "tollgated-artifacts")
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -66,6 +69,7 @@ type dashboardView struct {
 	Audit        []string `json:"audit"`
 	Shards       int      `json:"shards"`
 	Leases       int      `json:"leases"`
+	AcmeRow      []string `json:"acmeRow"`
 	Status       string   `json:"status"`
 }
 
@@ -83,6 +87,7 @@ const readDashboard = `(() => {
     audit: rows('audit', 'action'),
     shards: document.querySelectorAll('#shards tr').length,
     leases: document.querySelectorAll('#leases tr').length,
+    acmeRow: [...(document.querySelector('#accounts tr[data-account="acme"]') || {cells: []}).cells].map((c) => c.textContent),
     status: document.getElementById('status').textContent,
   };
 })()`
@@ -189,7 +194,7 @@ func TestDashboardInChromium(t *testing.T) {
 		v = read()
 		if !v.LoginVisible && v.RPS != "–" && v.RPS != "0" && contains(v.Accounts, "acme") && contains(v.Accounts, "ws-1") &&
 			contains(v.Denials, "unknown-principal") && v.CheckP99 != "" && v.CheckP99 != "–" &&
-			contains(v.Audit, "account.create") && v.Shards == 2 && v.Leases > 0 {
+			contains(v.Audit, "account.create") && v.Shards == 2 && v.Leases > 0 && acmeRowComplete(v.AcmeRow) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -203,6 +208,20 @@ func TestDashboardInChromium(t *testing.T) {
 	if err != nil || token != testAdminToken {
 		t.Fatalf("the token is not kept in sessionStorage: %q %v", token, err)
 	}
+}
+
+// acmeRowComplete: acme's row of the account tree shows its spend against
+// its budget, its period end and its funds (available, in leases, settled).
+func acmeRowComplete(cells []string) bool {
+	if len(cells) != 7 || !strings.HasSuffix(cells[2], " / 1,000,000 per day") {
+		return false
+	}
+	for _, c := range cells[3:] {
+		if c == "" || c == "–" {
+			return false
+		}
+	}
+	return true
 }
 
 func contains(list []string, s string) bool {

@@ -32,13 +32,28 @@ import (
 // control on (`set -m`), as in an interactive shell, so `kill %1` stops the
 // daemon's whole process group. Nothing else is changed.
 
-// readmeBlock is one ```sh block and the section (## heading) it is in.
+// readmeBlock is one fenced block and the section (## heading) it is in.
+// lang is the fence's language: sh for commands, go for code.
 type readmeBlock struct {
 	section string
+	lang    string
 	lines   []string
 }
 
+// readmeBlocks are the README's ```sh blocks.
 func readmeBlocks(t *testing.T) []readmeBlock {
+	t.Helper()
+	var sh []readmeBlock
+	for _, b := range readmeFences(t) {
+		if b.lang == "sh" {
+			sh = append(sh, b)
+		}
+	}
+	return sh
+}
+
+// readmeFences are all the README's fenced blocks.
+func readmeFences(t *testing.T) []readmeBlock {
 	t.Helper()
 	f, err := os.Open("../../README.md")
 	if err != nil {
@@ -59,8 +74,8 @@ func readmeBlocks(t *testing.T) []readmeBlock {
 			cur.lines = append(cur.lines, line)
 		case strings.HasPrefix(line, "## "):
 			section = strings.TrimPrefix(line, "## ")
-		case line == "```sh":
-			cur = &readmeBlock{section: section}
+		case strings.HasPrefix(line, "```"):
+			cur = &readmeBlock{section: section, lang: strings.TrimPrefix(line, "```")}
 		}
 	}
 	return blocks
@@ -83,6 +98,13 @@ func TestREADMECommandsAreAllRun(t *testing.T) {
 	for _, b := range blocks {
 		if !known[b.section] {
 			t.Errorf("README section %q has a shell block no test runs: add it to readme_test.go", b.section)
+		}
+	}
+	// Commands in a block of another language (```bash, ```console, or
+	// none) would escape the tests above: commands are ```sh, code ```go.
+	for _, b := range readmeFences(t) {
+		if b.lang != "sh" && b.lang != "go" {
+			t.Errorf("README section %q has a ```%s block: write commands as ```sh (run by this file), code as ```go", b.section, b.lang)
 		}
 	}
 }
@@ -236,6 +258,10 @@ func TestREADMEQuickstartInOneShell(t *testing.T) {
 		if !re.MatchString(out) {
 			t.Errorf("the README shows an answer %q that never came", re)
 		}
+	}
+	// curl -s exits 0 on a refusal: none of the README's calls may get one.
+	if p := regexp.MustCompile(`\{"type":"[^"]*","title":"[^"]*","status":\d+,"code":"[^"]*"[^}]*\}`).FindString(out); p != "" {
+		t.Errorf("a README command was refused: %s", p)
 	}
 	for _, want := range []string{
 		`"id":"acme"`, `"funds":{"available":`, `"items":[{"id":`, // account, usage and list answers

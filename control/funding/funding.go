@@ -409,12 +409,25 @@ func (m *Machine) Quiet() bool {
 }
 
 // Holding reports the units this node holds for id: in its leases' pools
-// and in shards' slices, not yet spent.
+// and in shards' slices, not yet spent — its own leases' and those of
+// every account under it. A descendant's lease is paid by each metered
+// ancestor (ledger: every funder of the chain pays the grant and is
+// credited the unspent units back), so for them it is held too. For an
+// unmetered account, which funds nothing, the ledger's outstanding (0)
+// bounds what the admin API shows.
 func (m *Machine) Holding(id core.AccountID) core.CostUnits {
-	a := m.accounts[id]
-	if a == nil {
-		return 0
+	var h core.CostUnits
+	if a := m.accounts[id]; a != nil {
+		h += a.holding()
 	}
+	for _, b := range m.under[id] {
+		h += b.holding()
+	}
+	return h
+}
+
+// holding is what a's own leases hold unspent.
+func (a *account) holding() core.CostUnits {
 	var h core.CostUnits
 	if a.cur != nil {
 		h += a.cur.pool + a.cur.out
