@@ -208,6 +208,16 @@ func (e *Engine) InFlight() int { return len(e.res.live) }
 // DenyAccountingBackpressure when no usage slot could be reserved.
 func (e *Engine) CountDenial(r DenyReason) { e.counters.Denials[r]++ }
 
+// UncountDenial takes back the count of a refusal Admit returned that will
+// not be answered: the caller holds the request and runs it again (a
+// funding wait), so Denials count refused answers, not attempts.
+func (e *Engine) UncountDenial(r DenyReason) {
+	if e.counters.Denials[r] == 0 {
+		panic("core: invariant broken: a refusal uncounted that was never counted")
+	}
+	e.counters.Denials[r]--
+}
+
 // RefillRequest asks the control plane for more funding for an account,
 // or (RateStarved) for a larger share of its limits.
 type RefillRequest struct {

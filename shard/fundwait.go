@@ -24,8 +24,8 @@ import (
 // When the table is full, requests are refused at once, as without waits.
 // A waiter whose client has gone (SetPending says so) is dropped unrun, and
 // one whose key now resolves to another snapshot is refused, not re-read.
-// The engine counts a refusal per attempt, so its lease-* denial counters
-// include refusals that later waited and were admitted.
+// A refusal that waits is not counted as one (Engine.UncountDenial): the
+// lease-* denial counters count refused answers, not attempts.
 
 const (
 	// DefaultFundingWait bounds a funding wait (ns). The deadline is
@@ -132,6 +132,7 @@ func (s *Shard) waitForFunding(r *Request, p core.Principal, ctx *core.RequestCo
 		if r.Now >= again.deadline {
 			return false
 		}
+		s.engine.UncountDenial(d.Reason)
 		again.due = false
 		// The cell may have been attached since the request parked.
 		again.evidence = s.engine.Evidence(ctx.Account())
@@ -144,6 +145,7 @@ func (s *Shard) waitForFunding(r *Request, p core.Principal, ctx *core.RequestCo
 		s.waitsFull++
 		return false
 	}
+	s.engine.UncountDenial(d.Reason)
 	ev := s.engine.Evidence(ctx.Account())
 	*w = fundingWaiter{ticket: r.Defer(), deadline: r.Now + s.cfg.FundingWait, snap: ctx.Snapshot(),
 		account: ctx.Account(), principal: p, reason: d.Reason, mode: mode, evidence: ev,

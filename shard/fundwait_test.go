@@ -53,7 +53,8 @@ func TestRequestWaitsForItsGrantInsteadOf503(t *testing.T) {
 	if st != 200 || body["decision"] != "admit" || body["units"] != float64(1210) {
 		t.Fatalf("after the grant: %d %v", st, body)
 	}
-	if c := h.s.engine.Counters(); c.Admitted != 1 || c.Denials[core.DenyLeaseUnavailable] != 1 {
+	// It waited and was admitted: no denial.
+	if c := h.s.engine.Counters(); c.Admitted != 1 || c.Denials[core.DenyLeaseUnavailable] != 0 {
 		t.Fatalf("counters: admitted %d, lease-unavailable %d", c.Admitted, c.Denials[core.DenyLeaseUnavailable])
 	}
 	if h.s.waited != 1 || len(h.s.waits.order) != 0 || len(h.s.waits.free) != DefaultFundingWaiters {
@@ -73,6 +74,10 @@ func TestWaitEndsAtTheDeadlineWithTheRefusal(t *testing.T) {
 	st, body := h.answer(resp)
 	if st != 503 || body["code"] != "lease-unavailable" {
 		t.Fatalf("at the deadline: %d %v", st, body)
+	}
+	// One refused answer, one denial, however many times it ran.
+	if n := h.s.engine.Counters().Denials[core.DenyLeaseUnavailable]; n != 1 {
+		t.Fatalf("lease-unavailable counted %d times for one refused answer", n)
 	}
 	// Every 503 says when to come back, as a gateway passes it on.
 	if ra := string(resp.Header.Peek("Retry-After")); ra != "1" || body["retry_after_ms"] != float64(1000) {
