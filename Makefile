@@ -61,9 +61,13 @@ fuzz:
 		$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $(FUZZFLAGS) $$pkg || exit 1; \
 	done
 
-# bench runs the Go micro-benchmarks (engine, seqlock, rings).
+# bench runs the Go micro-benchmarks (engine, seqlock, rings) for
+# BENCHTIME each (a duration, or a count such as 100x), leaving out those
+# BENCHSKIP matches (go test -skip).
+BENCHTIME ?= 1s
+BENCHSKIP ?=
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./bench/... ./seqlock/... ./ring/...
+	$(GO) test -run '^$$' -bench . -skip '$(BENCHSKIP)' -benchmem -benchtime $(BENCHTIME) ./bench/... ./seqlock/... ./ring/...
 
 # bench-http: tollgated vs a bare fasthttp server (bench/baseline), in
 # alternating >= 3 rounds of identical closed-loop load from cmd/loadtest

@@ -4,10 +4,12 @@
 # says more about the neighbours than about the engine) and summarised as the
 # median per size and the ratio of the slowest median to the fastest.
 #   bash bench/scale.sh [pattern] [rounds]     pattern: active1k | zipf | uniform
+# Knob: BENCHTIME=5000000x (iterations per run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pattern=${1:-active1k}
 rounds=${2:-5}
+BENCHTIME=${BENCHTIME:-5000000x}
 bin=$(mktemp -d)/bench.test
 trap 'rm -rf "$(dirname "$bin")"' EXIT
 go test -c -o "$bin" ./bench/
@@ -16,7 +18,7 @@ if command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then pin="taskset -c 1
 out=$(mktemp)
 for r in $(seq "$rounds"); do
   for n in 1000 100000 1000000; do
-    $pin "$bin" -test.run '^$' -test.bench "FullPathAccounts/$pattern/$n\$" -test.benchtime 5000000x -test.cpu 1 |
+    $pin "$bin" -test.run '^$' -test.bench "FullPathAccounts/$pattern/$n\$" -test.benchtime "$BENCHTIME" -test.cpu 1 |
       awk -v n="$n" '/^Benchmark/{print n, $3}' | tee -a "$out"
   done
 done
