@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tollgated/tollgated/loadtest"
 )
 
 // leaseOps sums the daemon's ledger lease operations.
@@ -80,7 +82,20 @@ const oneCheck = `{"permission":"chat","workload":[{"op":"requests","count":1}]}
 func TestAnIdleDaemonCostsNothingAfterLoad(t *testing.T) {
 	p := startProc(t, t.TempDir(), "--demo-key", "idle-demo-key-0123456789", "--shards", "1")
 	time.Sleep(2 * time.Second) // the original report: a load that starts late
-	got := p.load("idle-demo-key-0123456789", oneCheck, 16, 3*time.Second)
+	// The report's load: the project's load generator with its defaults
+	// (64 connections, a 1,210-unit check on the demo policy) for 4 s.
+	// A gentler load (16 net/http clients, 10-unit checks) never ran a
+	// slice dry and passed on the build that livelocked.
+	accts, err := loadtest.SyntheticAccounts(1, "", []string{"idle-demo-key-0123456789"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := loadtest.Run(context.Background(), loadtest.Options{URL: "http://" + p.listen,
+		Duration: 4 * time.Second, Accounts: accts, MaxErrorRate: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := res.ByStatus
 	if got[200] == 0 {
 		t.Fatalf("load was not admitted: %v", got)
 	}
