@@ -13,7 +13,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -41,36 +40,6 @@ func (p *proc) cpuTicks() int {
 	u, _ := strconv.Atoi(f[11])
 	s, _ := strconv.Atoi(f[12])
 	return u + s
-}
-
-// load sends checks with key from c goroutines for d and reports how many
-// were answered each status.
-func (p *proc) load(key, body string, c int, d time.Duration) map[int]int {
-	var mu sync.Mutex
-	got := map[int]int{}
-	var wg sync.WaitGroup
-	end := time.Now().Add(d)
-	client := &http.Client{Timeout: 5 * time.Second}
-	for range c {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for time.Now().Before(end) {
-				req, _ := http.NewRequest("POST", "http://"+p.listen+"/v1/check", strings.NewReader(body))
-				req.Header.Set("Authorization", "Bearer "+key)
-				resp, err := client.Do(req)
-				if err != nil {
-					continue
-				}
-				resp.Body.Close()
-				mu.Lock()
-				got[resp.StatusCode]++
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	return got
 }
 
 const oneCheck = `{"permission":"chat","workload":[{"op":"requests","count":1}]}`
