@@ -48,7 +48,7 @@ sim:
 	$(GO) test -count=1 -timeout 60m -run '^TestSimulation$$' ./control/sim -sim.seed=$(SEED) -sim.seeds=$(SEEDS) -sim.steps=$(STEPS) -v
 
 # soak runs the real daemon through cycles of load and quiet and checks an
-# idle daemon's costs (bench/soak.sh; about 3 minutes).
+# idle daemon's costs (bench/soak.sh; about 6 minutes: 3 cycles of 100 s, and the builds).
 soak:
 	bash bench/soak.sh
 

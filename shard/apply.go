@@ -237,5 +237,12 @@ func (s *Shard) applyGrant(m *Inbound) {
 		// The units go straight back: the plane must never count units
 		// as out in a shard that does not hold them.
 		s.returnUnits(m.Account, m.Token, m.Units)
+		if !errors.Is(err, core.ErrRetiringFull) {
+			// Retiring places all still funding reservations is a state
+			// the plane cannot see; anything else (a stale fencing token,
+			// an unknown account, an overflow) is a grant it should never
+			// have sent.
+			invariant.Violated(invariant.GrantRefused, err.Error())
+		}
 	}
 }

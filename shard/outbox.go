@@ -10,12 +10,12 @@ import "github.com/tollgated/tollgated/core"
 // wait in the shard's pending list, which every Poll flushes first.
 //
 // The list coalesces: returns by (account, lease token), summing units;
-// acknowledgements and refill requests by account, keeping the latest. So
-// it holds at most one return per lease of each account
-// (core.MaxRetiringLeases+1), one acknowledgement and one refill per
-// account, plus one reply per forwarded operation in flight (bounded by
-// the loop's deferred requests): its bound is the shard's own state, and
-// at that bound nothing is dropped.
+// acknowledgements, refill requests and starvation reports by account,
+// keeping the latest. So it holds at most one return per lease of each
+// account (core.MaxRetiringLeases+1), one acknowledgement, one refill and
+// one starvation report per account, plus one reply per forwarded
+// operation in flight (bounded by the loop's deferred requests): its bound
+// is the shard's own state, and at that bound nothing is dropped.
 
 // sendReliably pushes m, or keeps it pending (coalesced) until the ring
 // has room. It never drops m.
@@ -34,7 +34,7 @@ func (s *Shard) sendReliably(m Outbound) {
 				p.Units += m.Units
 				return
 			}
-		case OutShareAck, OutRefill:
+		case OutShareAck, OutRefill, OutStarved:
 			*p = m
 			return
 		}

@@ -13,10 +13,11 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tollgated/tollgated/loadtest"
 )
 
 // leaseOps sums the daemon's ledger lease operations.
@@ -41,36 +42,6 @@ func (p *proc) cpuTicks() int {
 	return u + s
 }
 
-// load sends checks with key from c goroutines for d and reports how many
-// were answered each status.
-func (p *proc) load(key, body string, c int, d time.Duration) map[int]int {
-	var mu sync.Mutex
-	got := map[int]int{}
-	var wg sync.WaitGroup
-	end := time.Now().Add(d)
-	client := &http.Client{Timeout: 5 * time.Second}
-	for range c {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for time.Now().Before(end) {
-				req, _ := http.NewRequest("POST", "http://"+p.listen+"/v1/check", strings.NewReader(body))
-				req.Header.Set("Authorization", "Bearer "+key)
-				resp, err := client.Do(req)
-				if err != nil {
-					continue
-				}
-				resp.Body.Close()
-				mu.Lock()
-				got[resp.StatusCode]++
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	return got
-}
-
 const oneCheck = `{"permission":"chat","workload":[{"op":"requests","count":1}]}`
 
 // TestAnIdleDaemonCostsNothingAfterLoad: a few seconds of load on one
@@ -80,7 +51,20 @@ const oneCheck = `{"permission":"chat","workload":[{"op":"requests","count":1}]}
 func TestAnIdleDaemonCostsNothingAfterLoad(t *testing.T) {
 	p := startProc(t, t.TempDir(), "--demo-key", "idle-demo-key-0123456789", "--shards", "1")
 	time.Sleep(2 * time.Second) // the original report: a load that starts late
-	got := p.load("idle-demo-key-0123456789", oneCheck, 16, 3*time.Second)
+	// The report's load: the project's load generator with its defaults
+	// (64 connections, a 1,210-unit check on the demo policy) for 4 s.
+	// A gentler load (16 net/http clients, 10-unit checks) never ran a
+	// slice dry and passed on the build that livelocked.
+	accts, err := loadtest.SyntheticAccounts(1, "", []string{"idle-demo-key-0123456789"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := loadtest.Run(context.Background(), loadtest.Options{URL: "http://" + p.listen,
+		Duration: 4 * time.Second, Accounts: accts, MaxErrorRate: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := res.ByStatus
 	if got[200] == 0 {
 		t.Fatalf("load was not admitted: %v", got)
 	}
