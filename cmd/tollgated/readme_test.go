@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -304,26 +305,56 @@ func TestREADMEMeasuring(t *testing.T) {
 			}
 		}
 	}
+	// CI runs them: make fuzz as it is, the others through bench/smoke.sh
+	// with short settings. Here each must be in one of the two, and parse.
 	ci, _ := os.ReadFile("../../.ci/run")
+	smoke, _ := os.ReadFile("../../bench/smoke.sh")
+	if !strings.Contains(string(ci), "bash bench/smoke.sh") {
+		t.Error(".ci/run does not run bench/smoke.sh")
+	}
 	for _, c := range cmds {
 		var check string
 		switch {
 		case c == "go run ./cmd/loadtest --help":
 			check = c
 		case strings.HasPrefix(c, "make "):
-			target := strings.Fields(c)[1]
-			if target == "fuzz" && !strings.Contains(string(ci), "make fuzz") {
-				t.Error(".ci/run does not run make fuzz")
-			}
-			check = "make -n " + target + " >/dev/null"
+			check = "make -n " + strings.Fields(c)[1] + " >/dev/null"
 		case strings.HasPrefix(c, "bash "):
-			check = "bash -n " + strings.TrimPrefix(c, "bash ")
+			script := strings.Fields(c)[1]
+			check = "bash -n " + script
+			c = "bash " + script // smoke.sh may pass other arguments
 		default:
 			t.Errorf("README command %q under Measuring: not known to this test", c)
 			continue
+		}
+		if !strings.Contains(string(ci), c) && !smokes(string(smoke), c) {
+			t.Errorf("README command %q under Measuring: neither .ci/run nor bench/smoke.sh runs it", c)
 		}
 		if out, err := shell(t, check, 3*time.Minute, cleanEnv()); err != nil {
 			t.Errorf("%s: %v\n%s", check, err, out)
 		}
 	}
+}
+
+// smokes reports whether a step of bench/smoke.sh runs command c: its
+// words, after any environment settings, start with c's.
+func smokes(script, c string) bool {
+	want := strings.Fields(c)
+	for _, l := range strings.Split(script, "\n") {
+		f := strings.Fields(l)
+		if len(f) == 0 || f[0] != "step" {
+			continue
+		}
+		f = f[1:]
+		if len(f) > 0 && f[0] == "env" {
+			f = f[1:]
+			for len(f) > 0 && strings.Contains(f[0], "=") {
+				f = f[1:]
+			}
+		}
+		if len(f) >= len(want) && slices.Equal(f[:len(want)], want) {
+			return true
+		}
+	}
+	return false
 }
