@@ -141,7 +141,7 @@ func TestCreateAccountRefusals(t *testing.T) {
 		{`{"id":"deeper","parent":"ag"}`, codeInvalidField, ""}, // agents have no children
 	}
 	for _, c := range cases {
-		p := h.fails(http.StatusUnprocessableEntity, c.code, "POST", "/v1/accounts", c.body)
+		p := h.fails(http.StatusBadRequest, c.code, "POST", "/v1/accounts", c.body)
 		if p.Field != c.field {
 			t.Errorf("%s: field %q, want %q (%s)", c.body, p.Field, c.field, p.Detail)
 		}
@@ -188,8 +188,8 @@ func TestSetStatus(t *testing.T) {
 	h.ok(http.StatusOK, "POST", "/v1/accounts/acme/status", `{"status":"closed"}`)
 	h.fails(http.StatusConflict, codeClosedAccount, "POST", "/v1/accounts/acme/status", `{"status":"active"}`)
 
-	h.fails(http.StatusUnprocessableEntity, codeInvalidField, "POST", "/v1/accounts/acme/status", `{"status":"paused"}`)
-	h.fails(http.StatusUnprocessableEntity, codeInvalidField, "POST", "/v1/accounts/acme/status", `{}`)
+	h.fails(http.StatusBadRequest, codeInvalidField, "POST", "/v1/accounts/acme/status", `{"status":"paused"}`)
+	h.fails(http.StatusBadRequest, codeInvalidField, "POST", "/v1/accounts/acme/status", `{}`)
 	h.fails(http.StatusBadRequest, codeInvalidJSON, "POST", "/v1/accounts/acme/status", `{"status":`)
 	h.fails(http.StatusNotFound, codeUnknownAccount, "POST", "/v1/accounts/nobody/status", `{"status":"active"}`)
 }
@@ -235,7 +235,7 @@ func TestSetBudget(t *testing.T) {
 		{`{"allowance":5,"period":"day","rollover":true}`, "rollover"},
 	}
 	for _, c := range cases {
-		p := h.fails(http.StatusUnprocessableEntity, codeInvalidField, "PUT", "/v1/accounts/acme/budget", c.body)
+		p := h.fails(http.StatusBadRequest, codeInvalidField, "PUT", "/v1/accounts/acme/budget", c.body)
 		if p.Field != c.field {
 			t.Errorf("%s: field %q, want %q", c.body, p.Field, c.field)
 		}
@@ -243,7 +243,7 @@ func TestSetBudget(t *testing.T) {
 	h.ok(http.StatusOK, "PUT", "/v1/accounts/acme/budget", `{"allowance":9223372036854775807,"period":"month"}`)
 
 	h.createAccount(`{"id":"ws","parent":"acme","unmetered":true}`)
-	h.fails(http.StatusUnprocessableEntity, codeInvalidField, "PUT", "/v1/accounts/ws/budget", `{"allowance":5,"period":"day"}`)
+	h.fails(http.StatusBadRequest, codeInvalidField, "PUT", "/v1/accounts/ws/budget", `{"allowance":5,"period":"day"}`)
 	h.fails(http.StatusNotFound, codeUnknownAccount, "PUT", "/v1/accounts/nobody/budget", `{"allowance":5,"period":"day"}`)
 	h.ok(http.StatusOK, "POST", "/v1/accounts/acme/status", `{"status":"closed"}`)
 	h.fails(http.StatusConflict, codeClosedAccount, "PUT", "/v1/accounts/acme/budget", `{"allowance":5,"period":"week"}`)
@@ -292,7 +292,7 @@ func TestDeposit(t *testing.T) {
 		{`{"units":5,"idempotency_key":"k","memo":"x"}`, "memo"},
 	}
 	for _, c := range cases {
-		p := h.fails(http.StatusUnprocessableEntity, codeInvalidField, "POST", "/v1/accounts/acme/deposits", c.body)
+		p := h.fails(http.StatusBadRequest, codeInvalidField, "POST", "/v1/accounts/acme/deposits", c.body)
 		if p.Field != c.field {
 			t.Errorf("%s: field %q, want %q", c.body, p.Field, c.field)
 		}

@@ -35,7 +35,7 @@ func TestAdminTokens(t *testing.T) {
 		}
 	}
 	for _, body := range []string{`{}`, `{"name":""}`, `{"name":null}`, `{"name":7}`, `{"name":"a","scope":"all"}`, `{"name":"a\u0000b"}`} {
-		h.fails(http.StatusUnprocessableEntity, codeInvalidField, "POST", "/v1/admin-tokens", body)
+		h.fails(http.StatusBadRequest, codeInvalidField, "POST", "/v1/admin-tokens", body)
 	}
 
 	// The new token revokes the bootstrap one: it stops at once.

@@ -93,7 +93,7 @@ func TestCreateKeyRefusals(t *testing.T) {
 	h := newHarness(t)
 	h.createAccount(`{"id":"acme"}`)
 	h.fails(http.StatusNotFound, codeUnknownAccount, "POST", "/v1/accounts/nobody/keys", "")
-	h.fails(http.StatusUnprocessableEntity, codeInvalidField, "POST", "/v1/accounts/acme/keys", `{"colour":"x"}`)
+	h.fails(http.StatusBadRequest, codeInvalidField, "POST", "/v1/accounts/acme/keys", `{"colour":"x"}`)
 	h.fails(http.StatusBadRequest, codeInvalidJSON, "POST", "/v1/accounts/acme/keys", `{`)
 	h.ok(http.StatusOK, "POST", "/v1/accounts/acme/status", `{"status":"closed"}`)
 	h.fails(http.StatusConflict, codeClosedAccount, "POST", "/v1/accounts/acme/keys", "")
@@ -162,7 +162,7 @@ func TestKeyNameExpiryAndLastUse(t *testing.T) {
 		{`{"name":"tab\there"}`, "name"},
 		{`{"name":null}`, "name"},
 	} {
-		if p := h.fails(http.StatusUnprocessableEntity, codeInvalidField, "POST", "/v1/accounts/acme/keys", c.body); p.Field != c.field {
+		if p := h.fails(http.StatusBadRequest, codeInvalidField, "POST", "/v1/accounts/acme/keys", c.body); p.Field != c.field {
 			t.Errorf("%s: field %q", c.body, p.Field)
 		}
 	}
@@ -252,9 +252,9 @@ func TestRotateKey(t *testing.T) {
 		{"/v1/accounts/acme/keys/" + v["id"].(string) + "/rotate", `{}`, codeConflict, 409}, // revoked
 		{"/v1/accounts/acme/keys/key_nope/rotate", `{}`, codeNotFound, 404},
 		{"/v1/accounts/nobody/keys/" + oldID + "/rotate", `{}`, codeUnknownAccount, 404},
-		{"/v1/accounts/acme/keys/" + oldID + "/rotate", `{"grace_seconds":-1}`, codeInvalidField, 422},
-		{"/v1/accounts/acme/keys/" + oldID + "/rotate", `{"grace_seconds":2592001}`, codeInvalidField, 422},
-		{"/v1/accounts/acme/keys/" + oldID + "/rotate", `{"grace_seconds":1.5}`, codeInvalidField, 422},
+		{"/v1/accounts/acme/keys/" + oldID + "/rotate", `{"grace_seconds":-1}`, codeInvalidField, 400},
+		{"/v1/accounts/acme/keys/" + oldID + "/rotate", `{"grace_seconds":2592001}`, codeInvalidField, 400},
+		{"/v1/accounts/acme/keys/" + oldID + "/rotate", `{"grace_seconds":1.5}`, codeInvalidField, 400},
 		{"/v1/accounts/acme/keys/" + oldID + "/rotate", `{"grace_seconds":1,"grace_seconds":2}`, codeDuplicateField, 400},
 	} {
 		h.fails(c.status, c.code, "POST", c.path, c.body)

@@ -175,7 +175,7 @@ func TestDuplicateStatusClosesNothing(t *testing.T) {
 			t.Fatalf("field %q", p.Field)
 		}
 	}
-	h.fails(http.StatusUnprocessableEntity, codeInvalidField, "POST", "/v1/accounts/acme/status", `{"Status":"closed"}`)
+	h.fails(http.StatusBadRequest, codeInvalidField, "POST", "/v1/accounts/acme/status", `{"Status":"closed"}`)
 	if a, err := h.store.Account(t.Context(), "acme"); err != nil || a.Status != core.StatusActive {
 		t.Fatalf("account after refusals: %+v %v", a, err)
 	}

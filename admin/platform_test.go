@@ -59,7 +59,7 @@ func TestPlatformTokens(t *testing.T) {
 	}
 
 	h.fails(http.StatusNotFound, codeNotFound, "DELETE", "/v1/platform-tokens/ptk_nope", "")
-	h.fails(http.StatusUnprocessableEntity, codeInvalidField, "POST", "/v1/platform-tokens", `{"scope":"all"}`)
+	h.fails(http.StatusBadRequest, codeInvalidField, "POST", "/v1/platform-tokens", `{"scope":"all"}`)
 	h.fails(http.StatusMethodNotAllowed, codeMethodNotAllowed, "PUT", "/v1/platform-tokens", `{}`)
 }
 

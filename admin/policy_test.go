@@ -106,17 +106,17 @@ func TestPutPolicy(t *testing.T) {
 func TestPutPolicyRefusals(t *testing.T) {
 	h := newHarness(t)
 	h.createAccount(`{"id":"acme"}`)
-	p := h.fails(http.StatusUnprocessableEntity, codeInvalidField, "PUT", "/v1/accounts/acme/policy",
+	p := h.fails(http.StatusBadRequest, codeInvalidField, "PUT", "/v1/accounts/acme/policy",
 		`{"operations":{"a":{"weight":5}},"limits":{"max_items":10,"unit_rate":1,"unit_burst":49}}`)
 	if p.Field != "limits.unit_burst" || !strings.Contains(p.Detail, "50") {
 		t.Fatalf("worst case: %+v", p)
 	}
-	p = h.fails(http.StatusUnprocessableEntity, codeInvalidField, "PUT", "/v1/accounts/acme/policy",
+	p = h.fails(http.StatusBadRequest, codeInvalidField, "PUT", "/v1/accounts/acme/policy",
 		`{"operations":{"a":{"weight":1.5}},"limits":{"max_items":10}}`)
 	if p.Field != "operations.weight" {
 		t.Fatalf("float weight: %+v", p)
 	}
-	p = h.fails(http.StatusUnprocessableEntity, codeInvalidField, "PUT", "/v1/accounts/acme/policy",
+	p = h.fails(http.StatusBadRequest, codeInvalidField, "PUT", "/v1/accounts/acme/policy",
 		`{"operations":{"a":{"weight":1}},"limits":{"max_items":10},"colour":"red"}`)
 	if p.Field != "colour" {
 		t.Fatalf("unknown field: %+v", p)

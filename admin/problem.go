@@ -82,7 +82,7 @@ var titles = map[string]string{
 
 var statuses = map[string]int{
 	codeInvalidJSON:        http.StatusBadRequest,
-	codeInvalidField:       http.StatusUnprocessableEntity,
+	codeInvalidField:       http.StatusBadRequest,
 	codeDuplicateField:     http.StatusBadRequest,
 	codeInvalidQuery:       http.StatusBadRequest,
 	codeTooLarge:           http.StatusRequestEntityTooLarge,

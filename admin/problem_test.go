@@ -55,14 +55,14 @@ func TestWriteProblem(t *testing.T) {
 	w := httptest.NewRecorder()
 	r := httptest.NewRequest("GET", "/", nil)
 	writeProblem(w, r, fieldProblem("units", "must be positive"))
-	if w.Code != http.StatusUnprocessableEntity || w.Header().Get("Content-Type") != "application/problem+json" {
+	if w.Code != http.StatusBadRequest || w.Header().Get("Content-Type") != "application/problem+json" {
 		t.Fatalf("%d %q", w.Code, w.Header().Get("Content-Type"))
 	}
 	var p map[string]any
 	if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]any{"type": "about:blank", "title": "A field is invalid", "status": 422.0, "code": "invalid-field",
+	want := map[string]any{"type": "about:blank", "title": "A field is invalid", "status": 400.0, "code": "invalid-field",
 		"detail": "must be positive", "field": "units"}
 	if len(p) != len(want) {
 		t.Fatalf("problem %v", p)

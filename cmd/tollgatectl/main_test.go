@@ -213,7 +213,7 @@ func TestErrorsAreClear(t *testing.T) {
 		want string
 	}{
 		{[]string{"accounts", "show", "nobody"}, 1, "404 unknown-account (No such account)"},
-		{[]string{"accounts", "create", "Bad Id"}, 1, "422 invalid-field"},
+		{[]string{"accounts", "create", "Bad Id"}, 1, "400 invalid-field"},
 		{[]string{"accounts", "status", "nobody"}, 2, "accepts 2 arg(s)"},
 		{[]string{"budgets", "set", "x", "--period", "day"}, 2, "allowance"},
 		{[]string{"accounts", "lsit"}, 2, "unknown command"},
