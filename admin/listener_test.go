@@ -63,6 +63,8 @@ func TestServerOwnRefusalsAreProblems(t *testing.T) {
 		{"two Hosts", "GET /v1/leases HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400, codeMalformedRequest, ""},
 		{"HTTP/2.5", "GET /v1/leases HTTP/2.5\r\nHost: a\r\n\r\n", 505, codeMalformedRequest, "unsupported protocol version"},
 		{"huge headers", "GET /v1/leases HTTP/1.1\r\nHost: a\r\nX-Big: " + strings.Repeat("b", 64<<10) + "\r\n\r\n", 431, codeHeadersTooLarge, ""},
+		// The documented bound: 16 KiB plus net/http's 4 KiB of slack.
+		{"headers just over 20 KiB", "GET /v1/leases HTTP/1.1\r\nHost: a\r\nX-Big: " + strings.Repeat("b", 20<<10) + "\r\n\r\n", 431, codeHeadersTooLarge, ""},
 		{"unknown transfer coding", "POST /v1/accounts HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n", 501, codeUnsupportedFraming, ""},
 		{"unsupported Expect", "POST /v1/accounts HTTP/1.1\r\nHost: a\r\n" + auth + "Expect: teapot\r\nContent-Length: 2\r\n\r\n{}", 417, codeUnsupportedFraming, ""},
 	}
