@@ -268,9 +268,22 @@ func TestPprofQueriesAreChecked(t *testing.T) {
 		{"/debug/pprof/nope", 404, codeNotFound, ""},
 		{"/debug/pprof/cmdline/x", 404, codeNotFound, ""},
 		{"/debug/pprof/profile?nope=1", 400, codeInvalidQuery, "nope"},
+		{"/debug/pprof/heap?debug=x", 400, codeInvalidQuery, "debug"},
+		{"/debug/pprof/heap?debug=99999999999999999999", 400, codeInvalidQuery, "debug"},
+		{"/debug/pprof/goroutine?debug=-1", 400, codeInvalidQuery, "debug"},
+		{"/debug/pprof/heap?gc=yes", 400, codeInvalidQuery, "gc"},
 	} {
 		if p := h.fails(c.status, c.code, "GET", c.path, ""); p.Field != c.field {
 			t.Errorf("%s: field %q, want %q", c.path, p.Field, c.field)
+		}
+	}
+}
+
+func TestPprofTakesItsDocumentedDebugLevels(t *testing.T) {
+	h := newHarness(t)
+	for _, path := range []string{"/debug/pprof/heap?debug=1", "/debug/pprof/goroutine?debug=2", "/debug/pprof/heap?gc=1", "/debug/pprof/?debug=0"} {
+		if st, _, b := h.call("GET", path, ""); st != http.StatusOK {
+			t.Fatalf("%s: %d %s", path, st, b)
 		}
 	}
 }
