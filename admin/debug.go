@@ -55,6 +55,14 @@ func (s *Server) mountPprof(handle func(pattern string, m methods)) {
 				}
 				extendDeadlines(w, time.Duration(sec)*time.Second)
 			}
+			// pprof reads these with Atoi and takes anything it cannot
+			// parse (or clamps out of range) as some level: refuse instead.
+			if v, ok := q.get("debug"); ok && v != "0" && v != "1" && v != "2" {
+				return codeProblem(codeInvalidQuery, "debug", "must be 0, 1 or 2, not %q", v)
+			}
+			if v, ok := q.get("gc"); ok && v != "0" && v != "1" {
+				return codeProblem(codeInvalidQuery, "gc", "must be 0 or 1, not %q", v)
+			}
 			h(w, r)
 			return nil
 		}}

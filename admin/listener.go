@@ -30,6 +30,8 @@ type Limits struct {
 	// IdleTimeout closes a kept-alive connection with no next request.
 	IdleTimeout time.Duration
 	// MaxHeaderBytes bounds a request's line and headers (431 beyond).
+	// net/http reads up to 4 KiB past it before refusing (its bufio
+	// slack): a head of up to MaxHeaderBytes+4096 bytes may be served.
 	MaxHeaderBytes int
 	// MaxConns bounds open connections. A connection beyond it is answered
 	// 503 too-many-connections and closed at once, so the admin listener

@@ -63,6 +63,8 @@ func TestServerOwnRefusalsAreProblems(t *testing.T) {
 		{"two Hosts", "GET /v1/leases HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400, codeMalformedRequest, ""},
 		{"HTTP/2.5", "GET /v1/leases HTTP/2.5\r\nHost: a\r\n\r\n", 505, codeMalformedRequest, "unsupported protocol version"},
 		{"huge headers", "GET /v1/leases HTTP/1.1\r\nHost: a\r\nX-Big: " + strings.Repeat("b", 64<<10) + "\r\n\r\n", 431, codeHeadersTooLarge, ""},
+		// The documented bound: 16 KiB plus net/http's 4 KiB of slack.
+		{"headers just over 20 KiB", "GET /v1/leases HTTP/1.1\r\nHost: a\r\nX-Big: " + strings.Repeat("b", 20<<10) + "\r\n\r\n", 431, codeHeadersTooLarge, ""},
 		{"unknown transfer coding", "POST /v1/accounts HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n", 501, codeUnsupportedFraming, ""},
 		{"unsupported Expect", "POST /v1/accounts HTTP/1.1\r\nHost: a\r\n" + auth + "Expect: teapot\r\nContent-Length: 2\r\n\r\n{}", 417, codeUnsupportedFraming, ""},
 	}
@@ -266,9 +268,22 @@ func TestPprofQueriesAreChecked(t *testing.T) {
 		{"/debug/pprof/nope", 404, codeNotFound, ""},
 		{"/debug/pprof/cmdline/x", 404, codeNotFound, ""},
 		{"/debug/pprof/profile?nope=1", 400, codeInvalidQuery, "nope"},
+		{"/debug/pprof/heap?debug=x", 400, codeInvalidQuery, "debug"},
+		{"/debug/pprof/heap?debug=99999999999999999999", 400, codeInvalidQuery, "debug"},
+		{"/debug/pprof/goroutine?debug=-1", 400, codeInvalidQuery, "debug"},
+		{"/debug/pprof/heap?gc=yes", 400, codeInvalidQuery, "gc"},
 	} {
 		if p := h.fails(c.status, c.code, "GET", c.path, ""); p.Field != c.field {
 			t.Errorf("%s: field %q, want %q", c.path, p.Field, c.field)
+		}
+	}
+}
+
+func TestPprofTakesItsDocumentedDebugLevels(t *testing.T) {
+	h := newHarness(t)
+	for _, path := range []string{"/debug/pprof/heap?debug=1", "/debug/pprof/goroutine?debug=2", "/debug/pprof/heap?gc=1", "/debug/pprof/?debug=0"} {
+		if st, _, b := h.call("GET", path, ""); st != http.StatusOK {
+			t.Fatalf("%s: %d %s", path, st, b)
 		}
 	}
 }

@@ -85,7 +85,7 @@ type forgeCase struct{ agent, org, workspace, want string }
 //   - a revoked platform token is a 401: the agent fails open and logs its
 //     warn line, and the platform counts the 401;
 //   - after a restart on the same data dir, once ready, every decision is
-//     the same.
+//     the same, and the revoked token is still refused.
 func TestForgeAgentsAgainstARealTollgated(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a real process")
@@ -146,11 +146,13 @@ func TestForgeAgentsAgainstARealTollgated(t *testing.T) {
 		check(t, p)
 		p.waitMetric(t, `tollgated_platform_admission_decisions_total{decision="deny",reason="unknown_agent"}`, 2)
 	})
+	var revoked string
 	t.Run("revoked platform token fails open and is counted", func(t *testing.T) {
 		extra := p.adminCall("POST", "/v1/platform-tokens", nil, http.StatusCreated)
 		p.adminCall("DELETE", "/v1/platform-tokens/"+extra["id"].(string), nil, http.StatusOK)
+		revoked = extra["token"].(string)
 		before := p.metric(`tollgated_platform_unauthorized_total{route="admission"}`)
-		a := newForgeAgent(p, extra["token"].(string), "acme-org", "research", "agent-7")
+		a := newForgeAgent(p, revoked, "acme-org", "research", "agent-7")
 		if status, body := a.invoke(t); status != http.StatusOK || body["worked"] != true {
 			t.Fatalf("caller saw %d %v, want the fail-open admit", status, body)
 		}
@@ -167,6 +169,15 @@ func TestForgeAgentsAgainstARealTollgated(t *testing.T) {
 		p2 := startProc(t, dir)
 		waitReady(t, p2)
 		check(t, p2)
+		// The revocation is in the ledger: the token stays refused.
+		if revoked == "" {
+			t.Fatal("the revoked-token case did not run")
+		}
+		a := newForgeAgent(p2, revoked, "acme-org", "research", "agent-7")
+		if d := a.checker.Check(context.Background(), agentadmission.Subject{}); !d.FailedOpen || !strings.Contains(a.log.String(), "401") {
+			t.Fatalf("a token revoked before the restart: %+v (%s), want a 401 the agent fails open on", d, a.log.String())
+		}
+		p2.waitMetric(t, `tollgated_platform_unauthorized_total{route="admission"}`, 1)
 		p2.stop()
 	})
 }
