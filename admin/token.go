@@ -29,7 +29,7 @@ const (
 var (
 	// ErrAdminTokenMismatch: the environment supplied an admin token, but
 	// the store already holds the digest of a different one.
-	ErrAdminTokenMismatch = errors.New("admin: the admin token from the environment does not match the stored admin token")
+	ErrAdminTokenMismatch = errors.New("admin: the admin token this start was given (--admin-token, --admin-token-file or TOLLGATED_ADMIN_TOKEN[_FILE]) does not match the stored admin token")
 	// ErrBadAdminToken: the environment's admin token is too short, too
 	// long, or has characters an Authorization header cannot carry.
 	ErrBadAdminToken = errors.New("admin: an admin token must be 16 to 512 printable ASCII characters without spaces")

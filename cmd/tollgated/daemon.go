@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"sync/atomic"
 	"time"
@@ -76,7 +77,7 @@ func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err 
 		return nil, err
 	}
 	warnAboutExposure(cfg, log)
-	secret, err := serverSecret(cfg, log)
+	secret, generatedSecret, err := serverSecret(cfg, log)
 	if err != nil {
 		return nil, err
 	}
@@ -95,6 +96,12 @@ func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err 
 	}
 	ctx := context.Background()
 	if err := matchSecret(ctx, d.store, cfg, secret, log); err != nil {
+		if generatedSecret {
+			// This start made it, and the ledger is bound to another: a
+			// file left behind would only make the next start fail the
+			// same way while looking like the data dir's own secret.
+			os.Remove(filepath.Join(cfg.dataDir, secretFile))
+		}
 		return nil, err
 	}
 	if cfg.demoKey != "" {

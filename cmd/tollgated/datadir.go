@@ -36,32 +36,35 @@ func openDataDir(dir string) error {
 
 // serverSecret is --secret, or the secret stored in the data directory,
 // created on first start: keys issued by the admin API are digests under
-// it, so it must outlive restarts.
-func serverSecret(cfg config, log zerolog.Logger) ([]byte, error) {
+// it, so it must outlive restarts. generated says this call created the
+// file (written before the ledger adopts it: a crash in between must not
+// leave a ledger bound to a secret no file holds).
+func serverSecret(cfg config, log zerolog.Logger) (secret []byte, generated bool, err error) {
 	if cfg.secretHex != "" {
-		return hex.DecodeString(cfg.secretHex)
+		secret, err = hex.DecodeString(cfg.secretHex)
+		return secret, false, err
 	}
 	path := filepath.Join(cfg.dataDir, secretFile)
 	b, err := os.ReadFile(path)
 	if err == nil {
 		s, err := hex.DecodeString(strings.TrimSpace(string(b)))
 		if err != nil || len(s) < 32 {
-			return nil, fmt.Errorf("%s: not a hex secret of at least 32 bytes", path)
+			return nil, false, fmt.Errorf("%s: not a hex secret of at least 32 bytes", path)
 		}
-		return s, nil
+		return s, false, nil
 	}
 	if !errors.Is(err, fs.ErrNotExist) {
-		return nil, err
+		return nil, false, err
 	}
 	s := make([]byte, 32)
 	if _, err := rand.Read(s); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if err := writeFileDurably(path, []byte(hex.EncodeToString(s)+"\n"), 0o600); err != nil {
-		return nil, fmt.Errorf("storing the server secret: %w", err)
+		return nil, false, fmt.Errorf("storing the server secret: %w", err)
 	}
 	log.Info().Str("path", path).Msg("generated the server secret")
-	return s, nil
+	return s, true, nil
 }
 
 // writeFileDurably creates path with data, failing if it exists, and syncs

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -270,6 +271,10 @@ func TestSecretMismatchIsRefused(t *testing.T) {
 	code, logs, _ = runDaemon(t, "--data-dir", dir)
 	if code != 1 || !strings.Contains(logs.String(), filepath.Join(dir, secretFile)) {
 		t.Fatalf("start under the data directory's secret: exit %d\n%s", code, logs.String())
+	}
+	// That start generated the file; refused, it leaves none behind.
+	if _, err := os.Stat(filepath.Join(dir, secretFile)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a refused start left the secret it generated: %v", err)
 	}
 
 	file := filepath.Join(t.TempDir(), "secret")
