@@ -33,10 +33,11 @@ const (
 
 // cloudEvent is one billed event in CloudEvents' JSON format, the shape
 // OpenMeter ingests: source is the node, subject the billed account, id the
-// event's id: the request id of a data-plane event, the reporter's own id
-// for a post-paid one (a re-sent report has the same id, which consumers
-// treat as one event). A post-paid record spooled before reporters' ids
-// were kept has only the id derived from it, in hex.
+// event's id: the request id of a data-plane event, and for a post-paid one
+// the id the ledger dedupes it by, derived from the reporter's (a re-sent
+// report has the same id, which consumers treat as one event). Both are 32
+// hex digits of different hashes, so they cannot collide as the reporter's
+// own string could; that string is data.event_id.
 type cloudEvent struct {
 	SpecVersion     string         `json:"specversion"`
 	Type            string         `json:"type"`
@@ -49,13 +50,15 @@ type cloudEvent struct {
 }
 
 // eventData is what a billed event says: the units, how they were funded
-// (kind: lease, overage or post_paid), and for data-plane events the
-// request id, the policy revision the request was admitted under (when the
-// record has it) and the lease.
+// (kind: lease, overage or post_paid), for data-plane events the request
+// id, the policy revision the request was admitted under (when the record
+// has it) and the lease, and for post-paid ones the reporter's own event id
+// (when the record has it).
 type eventData struct {
 	Units          core.CostUnits `json:"units"`
 	Kind           string         `json:"kind"`
 	RequestID      string         `json:"request_id,omitempty"`
+	EventID        string         `json:"event_id,omitempty"`
 	PolicyRevision string         `json:"policy_revision,omitempty"`
 	LeaseID        uint64         `json:"lease_id,omitempty"`
 }
@@ -146,11 +149,10 @@ func (s *Server) cloudEvent(rec *record.Record) cloudEvent {
 		Time: timestamp(u.OccurredAt), DataContentType: eventContentType,
 		Data: eventData{Units: u.Units, Kind: usageSources[u.Source], LeaseID: u.LeaseID},
 	}
-	switch {
-	case u.Source != ledger.UsagePostPaid:
+	if u.Source == ledger.UsagePostPaid {
+		ev.Data.EventID = rec.EventID
+	} else {
 		ev.Data.RequestID = id
-	case rec.EventID != "":
-		ev.ID = rec.EventID
 	}
 	if rec.Revision != (core.PolicyRevision{}) {
 		ev.Data.PolicyRevision = hex.EncodeToString(rec.Revision[:])

@@ -48,11 +48,22 @@ func (b *bucket) take(n uint64, rate, burst uint32, now int64) (ok bool, wait in
 	return false, int64((deficit + uint64(rate) - 1) / uint64(rate))
 }
 
-// left is what the bucket holds, as last refilled by take: whole tokens,
-// and nanoseconds until it is full at rate (0 when full or rate is 0).
-func (b *bucket) left(rate, burst uint32) (tokens uint32, full int64) {
+// left is what the bucket holds at now, refilled as take would but not
+// changed: whole tokens, and nanoseconds until it is full at rate (0 when
+// full or rate is 0).
+func (b *bucket) left(rate, burst uint32, now int64) (tokens uint32, full int64) {
 	capacity := uint64(burst) * tokenScale
 	level := min(b.level, capacity)
+	if b.last == 0 {
+		level = capacity
+	} else if rate != 0 && now > b.last {
+		elapsed := uint64(now - b.last)
+		if room := capacity - level; elapsed >= room/uint64(rate)+1 {
+			level = capacity
+		} else {
+			level += elapsed * uint64(rate)
+		}
+	}
 	if rate != 0 {
 		full = int64((capacity - level + uint64(rate) - 1) / uint64(rate))
 	}

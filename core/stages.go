@@ -20,11 +20,11 @@ type RequestContext struct {
 }
 
 // RequestsLeft is what the account's request-rate bucket on this engine
-// held after an admitted request took its token: whole requests left, and
-// nanoseconds until the bucket is full again. ok is false until a request
-// has passed the request-rate stage of Admit (and always when the policy
-// sets no request rate). It describes this engine's share of the limit
-// (each shard holds one), not the node's.
+// held once Admit's request-rate stage had run (after the request took its
+// token, or refused it for want of one): whole requests left, and
+// nanoseconds until the bucket is full again. ok is false until that stage
+// has run (and always when the policy sets no request rate). It describes
+// this engine's share of the limit (each shard holds one), not the node's.
 func (c *RequestContext) RequestsLeft() (left uint32, full int64, ok bool) {
 	return c.reqLeft, c.reqFull, c.reqKnown
 }
@@ -144,14 +144,16 @@ func (e *Engine) Admit(c *RequestContext, work []WorkItem, slot UsageSlot, now i
 	a := pe.acct
 	reqRate, reqBurst, unitRate, unitBurst, maxConc := a.effective(l)
 	if l.RequestRate != 0 {
-		if !c.rated {
-			if ok, wait := a.req.take(1, reqRate, reqBurst, now); !ok {
-				e.starve(a)
-				return e.refuseAdmit(slot, Denial{Reason: DenyRequestRateLimited, RetryAfter: wait})
-			}
+		ok, wait := c.rated, int64(0)
+		if !ok {
+			ok, wait = a.req.take(1, reqRate, reqBurst, now)
 		}
 		c.reqKnown = true
-		c.reqLeft, c.reqFull = a.req.left(reqRate, reqBurst)
+		c.reqLeft, c.reqFull = a.req.left(reqRate, reqBurst, now)
+		if !ok {
+			e.starve(a)
+			return e.refuseAdmit(slot, Denial{Reason: DenyRequestRateLimited, RetryAfter: wait})
+		}
 	}
 	if l.UnitRate != 0 && !c.rated {
 		if ok, wait := a.units.take(uint64(p.quote), unitRate, unitBurst, now); !ok {

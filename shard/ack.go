@@ -18,10 +18,12 @@ import (
 // the usage slot), so a full queue sheds the request instead of billing
 // usage it could not acknowledge.
 
-// ackBodyMax bounds a parked body and its kept header values; every answer
-// that reports usage is far shorter (the longest, /v1/check's body, is
-// under 200 bytes; /v1/authz's header values, at most 260 bytes, and no
-// body: TestAuthzAnswerWaitsForDurableUsageWithItsHeaders parks the longest).
+// ackBodyMax bounds a parked body and its kept header values. Every answer
+// that reports usage fits: /v1/check's body is under 200 bytes, and
+// /v1/authz's header values at most 281 (account 64, request id 32, units
+// 20, reservation 20, the longest RateLimit-Policy 109, RateLimit 36) with
+// no body. TestAuthzAnswerWaitsForDurableUsageWithItsHeaders parks a long
+// one; a longer answer is a broken invariant (AckOversize).
 const ackBodyMax = 288
 
 // DefaultAckQueue is the parked answers one shard holds by default.

@@ -187,8 +187,10 @@ func (s *Shard) runAdmit(r *Request, p core.Principal, mode admitMode, w *fundin
 		if a, current = w.body(ctx.Snapshot()); !current {
 			// The policy changed, or the key now acts for another
 			// account: the body was resolved under another snapshot.
-			// Answer the refusal it waited on; a retry is decoded afresh.
+			// Answer the refusal it waited on (uncounted when it parked);
+			// a retry is decoded afresh.
 			s.Release()
+			s.engine.CountDenial(w.reason)
 			s.writeDenial(r.Resp, core.Denial{Reason: w.reason})
 			return
 		}

@@ -366,17 +366,22 @@ func (s *Shard) writeAuthzAllowed(resp *fasthttp.Response, ctx *core.RequestCont
 		s.hdr = b[:0]
 	}
 	if left, full, ok := ctx.RequestsLeft(); ok {
-		// What this shard's share of the request rate has left, and the
-		// whole seconds until it is whole again: a lower bound of the
-		// node's when the client's connection stays on one shard.
-		b := append(s.hdr[:0], policyRequests+";r="...)
-		b = strconv.AppendUint(b, uint64(left), 10)
-		b = append(b, ";t="...)
-		b = strconv.AppendInt(b, (full+999_999_999)/1e9, 10)
+		b := appendRequestsLeft(s.hdr[:0], left, full)
 		resp.Header.SetBytesV(hdrRateLimit, b)
 		s.hdr = b[:0]
 	}
 	resp.SetBody(nil)
+}
+
+// appendRequestsLeft is the RateLimit field of the request rate: what this
+// shard's share has left, and the whole seconds until it is full again
+// (the draft's t, the quota's reset). It is the shard's share, not the
+// node's: exact for a client whose connection stays on one shard.
+func appendRequestsLeft(b []byte, left uint32, full int64) []byte {
+	b = append(b, policyRequests+";r="...)
+	b = strconv.AppendUint(b, uint64(left), 10)
+	b = append(b, ";t="...)
+	return strconv.AppendInt(b, (full+999_999_999)/1e9, 10)
 }
 
 // The quota policies advertised in RateLimit-Policy (the IETF draft's
@@ -408,8 +413,9 @@ func appendRateLimitPolicy(b []byte, l *core.Limits) []byte {
 
 // writeRateLimit adds the RateLimit fields to a forward-auth refusal by a
 // rate or concurrency limit: the policy, and the refused one's available
-// quota (none) and, for the request rate, its effective window — the same
-// whole seconds as Retry-After.
+// quota (none) and, for the request rate, the seconds until the shard's
+// share is full again, as on an allowed answer (Retry-After says when the
+// next request may pass).
 func (s *Shard) writeRateLimit(resp *fasthttp.Response, ctx *core.RequestContext, d core.Denial) {
 	if d.Reason != core.DenyRequestRateLimited && d.Reason != core.DenyConcurrencyLimited {
 		return
@@ -417,8 +423,11 @@ func (s *Shard) writeRateLimit(resp *fasthttp.Response, ctx *core.RequestContext
 	b := appendRateLimitPolicy(s.hdr[:0], ctx.Limits())
 	resp.Header.SetBytesV(hdrRateLimitPolicy, b)
 	if d.Reason == core.DenyRequestRateLimited {
-		b = append(b[:0], policyRequests+";r=0;t="...)
-		b = strconv.AppendInt(b, (d.RetryAfter+999_999_999)/1e9, 10)
+		left, full, ok := ctx.RequestsLeft()
+		if !ok { // refused before the stage ran: the next token's time
+			left, full = 0, d.RetryAfter
+		}
+		b = appendRequestsLeft(b[:0], left, full)
 	} else {
 		b = append(b[:0], policyConcurrency+";r=0"...)
 	}

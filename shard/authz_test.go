@@ -331,7 +331,10 @@ func TestAuthzRateLimitCarriesRetryAfterAndRateLimit(t *testing.T) {
 		t.Fatalf("over rate: %d %v", resp.StatusCode(), m)
 	}
 	hdr := func(k string) string { return string(resp.Header.Peek(k)) }
-	if hdr("Retry-After") != "1" || hdr("RateLimit") != `"requests";r=0;t=1` ||
+	// Retry-After: the next request may pass in 1 s (half a second, rounded
+	// up); RateLimit's t: the share is full again in 2 (1.5 s), as the last
+	// allowed answer said.
+	if hdr("Retry-After") != "1" || hdr("RateLimit") != `"requests";r=0;t=2` ||
 		hdr("RateLimit-Policy") != `"requests";q=2;w=1;tollgated-burst=3, "concurrency";q=8;qu="concurrent-requests"` {
 		t.Fatalf("429 headers: %q", resp.Header.String())
 	}

@@ -165,6 +165,9 @@ func TestWaiterUnderANewPolicyIsRefusedNotMisread(t *testing.T) {
 	if h.s.engine.Counters().Admitted != 0 || h.s.usageReserved != 0 {
 		t.Fatal("a request decoded under the old policy was admitted under the new one")
 	}
+	if n := h.s.engine.Counters().Denials[core.DenyLeaseUnavailable]; n != 1 {
+		t.Fatalf("the refused answer counted %d denials, want 1", n)
+	}
 }
 
 func TestFullWaitTableAnswersAtOnce(t *testing.T) {

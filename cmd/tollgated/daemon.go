@@ -96,7 +96,7 @@ func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err 
 	}
 	ctx := context.Background()
 	if err := matchSecret(ctx, d.store, cfg, secret, log); err != nil {
-		if generatedSecret {
+		if generatedSecret && errors.Is(err, errSecretMismatch) {
 			// This start made it, and the ledger is bound to another: a
 			// file left behind would only make the next start fail the
 			// same way while looking like the data dir's own secret.

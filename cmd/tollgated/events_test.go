@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgated/tollgated/shard"
 )
 
 // streamed is one CloudEvent as GET /v1/events serves it.
@@ -29,6 +32,7 @@ type streamed struct {
 		Units          uint64 `json:"units"`
 		Kind           string `json:"kind"`
 		RequestID      string `json:"request_id"`
+		EventID        string `json:"event_id"`
 		PolicyRevision string `json:"policy_revision"`
 		LeaseID        uint64 `json:"lease_id"`
 	} `json:"data"`
@@ -121,11 +125,13 @@ func (c *consumer) checkAll(node, account string, price uint64, checks map[strin
 		}
 	}
 	for reporterID, units := range postPaid {
-		ev, ok := seen[reporterID] // a post-paid event is known by its reporter's id
+		id := shard.PostPaidID([]byte(reporterID))
+		ev, ok := seen[hex.EncodeToString(id[:])]
 		if !ok {
 			c.t.Fatalf("post-paid event %s is not in the stream", reporterID)
 		}
-		if ev.Source != node || ev.Subject != account || ev.Data.Units != units || ev.Data.Kind != "post_paid" || ev.Data.RequestID != "" {
+		if ev.Source != node || ev.Subject != account || ev.Data.Units != units || ev.Data.Kind != "post_paid" || ev.Data.RequestID != "" ||
+			ev.Data.EventID != reporterID {
 			c.t.Fatalf("post-paid event %s: %+v", reporterID, ev)
 		}
 	}
@@ -275,7 +281,8 @@ func TestEventsStreamSurvivesRestartsAndCrashes(t *testing.T) {
 	// are in it. Everything acknowledged is there once.
 	seen := c.byID()
 	for reporterID := range post {
-		acked[reporterID] = 11
+		id := shard.PostPaidID([]byte(reporterID))
+		acked[hex.EncodeToString(id[:])] = 11
 	}
 	extra := 0
 	for id := range seen {
@@ -301,7 +308,9 @@ func TestEventsStreamSurvivesRestartsAndCrashes(t *testing.T) {
 	}
 	retry := &consumer{t: t, cursor: c.cursor}
 	retry.drain(p)
-	if len(retry.seen) != 1 || retry.seen[0].ID != "run-a-0" || retry.seen[0].Data.Kind != "post_paid" {
+	first := shard.PostPaidID([]byte("run-a-0"))
+	if len(retry.seen) != 1 || retry.seen[0].ID != hex.EncodeToString(first[:]) || retry.seen[0].Data.Kind != "post_paid" ||
+		retry.seen[0].Data.EventID != "run-a-0" {
 		t.Fatalf("after a re-sent report the stream added %+v", retry.seen)
 	}
 	p.stop()

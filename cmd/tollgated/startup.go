@@ -120,10 +120,16 @@ func matchSecret(ctx context.Context, store ledger.Store, cfg config, secret []b
 	}
 	if !hmac.Equal(have[:], want[:]) {
 		return fmt.Errorf("the server secret from %s is not the one this ledger's keys were issued under (its fingerprint differs): "+
-			"every existing key would be refused; start with the secret %s was first started with", secretSource(cfg), cfg.dataDir)
+			"every existing key would be refused; start with the secret %s was first started with: %w", secretSource(cfg), cfg.dataDir, errSecretMismatch)
 	}
 	return nil
 }
+
+// errSecretMismatch: the ledger holds another secret's fingerprint. Any
+// other error of matchSecret leaves open whether the ledger adopted this
+// secret (a lost commit acknowledgement), so only this one lets a start
+// throw away a secret it generated.
+var errSecretMismatch = errors.New("secret mismatch")
 
 // secretSource says where the server secret came from, for messages.
 func secretSource(cfg config) string {

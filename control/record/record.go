@@ -88,6 +88,9 @@ func Append(dst []byte, r *Record) []byte {
 		dst = append(dst, r.Revision[:]...)
 	}
 	if r.EventID != "" {
+		if len(r.EventID) > MaxEventIDLen {
+			panic("record: invariant broken: a post-paid event id longer than MaxEventIDLen")
+		}
 		dst = append(dst, byte(len(r.EventID)))
 		dst = append(dst, r.EventID...)
 	}
