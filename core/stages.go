@@ -11,12 +11,13 @@ type RequestContext struct {
 	// rated: the request's rate tokens were taken by an earlier attempt
 	// (see Rated).
 	rated bool
-	// reqLeft and reqFull describe the account's request bucket on this
-	// engine once an admitted request has taken its token: whole tokens
-	// left, and ns until it is full again. reqKnown says they are set.
-	reqKnown bool
-	reqLeft  uint32
-	reqFull  int64
+	// reqBucket is the account's request bucket once Admit's request-rate
+	// stage has run (nil before), with the rate, burst and time it ran
+	// at: RequestsLeft reads it only when an answer shows it, so /v1/check
+	// pays nothing for it.
+	reqBucket         *bucket
+	reqRate, reqBurst uint32
+	reqAt             int64
 }
 
 // RequestsLeft is what the account's request-rate bucket on this engine
@@ -25,8 +26,14 @@ type RequestContext struct {
 // nanoseconds until the bucket is full again. ok is false until that stage
 // has run (and always when the policy sets no request rate). It describes
 // this engine's share of the limit (each shard holds one), not the node's.
+// It reads the bucket as it is now, refilled to Admit's time, so call it
+// while answering, before the engine admits anything else.
 func (c *RequestContext) RequestsLeft() (left uint32, full int64, ok bool) {
-	return c.reqLeft, c.reqFull, c.reqKnown
+	if c.reqBucket == nil {
+		return 0, 0, false
+	}
+	left, full = c.reqBucket.left(c.reqRate, c.reqBurst, c.reqAt)
+	return left, full, true
 }
 
 // Rated marks a request that is tried again after a funding refusal: its
@@ -148,8 +155,7 @@ func (e *Engine) Admit(c *RequestContext, work []WorkItem, slot UsageSlot, now i
 		if !ok {
 			ok, wait = a.req.take(1, reqRate, reqBurst, now)
 		}
-		c.reqKnown = true
-		c.reqLeft, c.reqFull = a.req.left(reqRate, reqBurst, now)
+		c.reqBucket, c.reqRate, c.reqBurst, c.reqAt = &a.req, reqRate, reqBurst, now
 		if !ok {
 			e.starve(a)
 			return e.refuseAdmit(slot, Denial{Reason: DenyRequestRateLimited, RetryAfter: wait})
