@@ -57,7 +57,7 @@ func newNode(t *testing.T, n int, lc LeaseConfig) *node {
 		}
 		s.SetCompleter(func(uint64, func(*fasthttp.Response)) {})
 		nd.shards = append(nd.shards, s)
-		links = append(links, Link{In: in, Out: out})
+		links = append(links, Link{In: in, Out: out, Durable: s.DurableMark()})
 	}
 	claims := NewPostPaidClaims()
 	keysUsed := func(keys []plane.KeyUsed) { nd.prov.KeysUsed(keys) }

@@ -31,10 +31,12 @@ import (
 	"github.com/tollgated/tollgated/shard"
 )
 
-// Link is the pair of rings between the plane and one shard.
+// Link is what joins the plane and one shard: a ring each way and the
+// shard's durable mark.
 type Link struct {
-	In  *ring.Doorbell[shard.Inbound]  // plane → shard
-	Out *ring.Doorbell[shard.Outbound] // shard → plane
+	In      *ring.Doorbell[shard.Inbound]  // plane → shard
+	Out     *ring.Doorbell[shard.Outbound] // shard → plane
+	Durable *shard.DurableMark             // plane → shard: its events on disk
 }
 
 // Spool is where the plane makes usage durable: spool.Spool satisfies it.
@@ -111,6 +113,8 @@ type Plane struct {
 	// plane's goroutine touches it. (A pool, Get and Put for every shard on
 	// every pass, cost about a tenth of the plane's CPU at 64 shards.)
 	popped *[256]shard.Outbound
+	// marks are the durable marks as last published, per shard.
+	marks []uint64
 
 	mu    sync.Mutex // guards floor, read by the exporter's goroutine
 	floor uint64
@@ -123,6 +127,11 @@ func New(cfg Config, links []Link) (*Plane, error) {
 	}
 	if cfg.Store == nil || cfg.Spool == nil {
 		return nil, errors.New("control: a plane needs a ledger and a spool")
+	}
+	for _, l := range links {
+		if l.In == nil || l.Out == nil || l.Durable == nil {
+			return nil, errors.New("control: a link needs both rings and a durable mark")
+		}
 	}
 	if cfg.Now == nil {
 		cfg.Now = func() int64 { return time.Now().UnixNano() }
@@ -142,7 +151,7 @@ func New(cfg Config, links []Link) (*Plane, error) {
 		KeyUseFlush: int64(cfg.KeyUseFlush),
 	})
 	p := &Plane{cfg: cfg, links: links, m: m, cmds: make(chan func(), 1024), kick: make(chan struct{}, 1),
-		ended: make(chan struct{}), popped: new([256]shard.Outbound)}
+		ended: make(chan struct{}), popped: new([256]shard.Outbound), marks: make([]uint64, len(links))}
 	p.worker = newLedgerWorker(cfg.Store, cfg.Lease.CallTimeout, p.post)
 	p.floor = cfg.Spool.Durable()
 	return p, nil
@@ -404,6 +413,14 @@ func (p *Plane) execute(now int64) int {
 		k := l.In.PushBatch(q)
 		p.m.Sent(i, k, now)
 		n += k
+	}
+	for i, mark := range p.m.Marks() {
+		if mark != p.marks[i] {
+			p.marks[i] = mark
+			p.links[i].Durable.Publish(mark)
+			p.links[i].In.Notify() // after the store: see shard.DurableMark
+			n++
+		}
 	}
 	return n
 }

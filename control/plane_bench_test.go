@@ -111,7 +111,7 @@ func benchPlane(b *testing.B, n int) {
 				bs.oks++
 			}
 		})
-		shards[i], links[i] = bs, Link{In: in, Out: out}
+		shards[i], links[i] = bs, Link{In: in, Out: out, Durable: s.DurableMark()}
 	}
 	claims := NewPostPaidClaims()
 	p, err := New(Config{Store: store, Spool: sp, Holder: "bench-node", Claims: claims,

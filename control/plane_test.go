@@ -279,7 +279,7 @@ func TestAStoppedPlaneTurnsPublishersAway(t *testing.T) {
 	in, _ := ring.NewDoorbell(inR)
 	out, _ := ring.NewDoorbell(outR)
 	p, err := New(Config{Store: store, Spool: &memSpool{}, Holder: "test-node", Lease: LeaseConfig{TTL: time.Minute}},
-		[]Link{{In: in, Out: out}})
+		[]Link{{In: in, Out: out, Durable: new(shard.DurableMark)}})
 	if err != nil {
 		t.Fatal(err)
 	}

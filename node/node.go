@@ -337,7 +337,7 @@ func newRunner(id, cpu int, addr string, cfg Config) (*runner, control.Link, err
 		r.close()
 		return nil, control.Link{}, err
 	}
-	return r, control.Link{In: r.in, Out: r.out}, nil
+	return r, control.Link{In: r.in, Out: r.out, Durable: r.s.DurableMark()}, nil
 }
 
 // run pins the thread, builds the loop and runs it until it drains.
@@ -367,7 +367,7 @@ func (r *runner) run(started chan<- error, log zerolog.Logger) {
 
 func (r *runner) loopConfig() httploop.Config {
 	lc := r.cfgLoop
-	lc.Wake = r.in
+	lc.Wake = r.s.Waker()
 	lc.OnWake = func() { r.s.Poll(r.now) }
 	lc.Quiet = r.s.Quiet
 	lc.OnTick = func(now int64) {

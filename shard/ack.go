@@ -9,8 +9,8 @@ import (
 // Durable acknowledgement. With Config.AckDurable, a response that reports
 // billed usage (/v1/check, /v1/finish) is not sent when the usage is
 // recorded but when the control plane says the event is on disk: the shard
-// parks the answer here, in usage order, and InDurable{Seq} releases every
-// answer whose event has a sequence ≤ Seq. So a client that saw 200 knows
+// parks the answer here, in usage order, and its DurableMark releases every
+// answer whose event has a number up to the mark. So a client that saw 200 knows
 // its usage survives kill -9.
 //
 // The queue is a fixed ring of fixed-size entries: parking copies the body

@@ -40,12 +40,12 @@ func TestCheckAnswerWaitsForDurableUsage(t *testing.T) {
 	if len(seqs) != 3 || seqs[0] != 1 || seqs[2] != 3 {
 		t.Fatalf("usage seqs %v", seqs)
 	}
-	h.in.Push(Inbound{Kind: InDurable, Seq: 2})
+	h.s.DurableMark().Publish(2)
 	h.s.Poll(t0 + 2)
 	if len(h.parked) != 1 || h.parked[3] == nil {
 		t.Fatalf("after durable 2: parked %v, want only the third", h.parked)
 	}
-	h.in.Push(Inbound{Kind: InDurable, Seq: 3})
+	h.s.DurableMark().Publish(3)
 	h.s.Poll(t0 + 3)
 	if len(h.parked) != 0 {
 		t.Fatalf("after durable 3: %d still parked", len(h.parked))
@@ -56,7 +56,7 @@ func TestParkedAnswerIsTheCheckAnswer(t *testing.T) {
 	h := durableHarness(t, 8)
 	_, _, resp := h.do("POST", "/v1/check", "key-acme", chatBody)
 	resp.ResetBody() // what the handler wrote must come back from the queue
-	h.in.Push(Inbound{Kind: InDurable, Seq: 1})
+	h.s.DurableMark().Publish(1)
 	h.s.Poll(t0 + 2)
 	var m map[string]any
 	if err := json.Unmarshal(resp.Body(), &m); err != nil || resp.StatusCode() != 200 ||
@@ -113,12 +113,12 @@ func TestCommitAndFinishAnswersWaitForDurability(t *testing.T) {
 	if u.Kind != OutUsage || u.Seq != 2 || u.Usage.RequestID != m.Usage.RequestID {
 		t.Fatalf("finish usage %+v does not follow commit %+v", u, m)
 	}
-	h.in.Push(Inbound{Kind: InDurable, Seq: 1})
+	h.s.DurableMark().Publish(1)
 	h.s.Poll(t0 + 2)
 	if len(h.parked) != 1 {
 		t.Fatalf("commit answer not released alone: %d parked", len(h.parked))
 	}
-	h.in.Push(Inbound{Kind: InDurable, Seq: 2})
+	h.s.DurableMark().Publish(2)
 	h.s.Poll(t0 + 3)
 	if len(h.parked) != 0 {
 		t.Fatal("finish answer not released")
@@ -137,7 +137,7 @@ func TestDurableCheckAllocatesNothingWhenWarm(t *testing.T) {
 		r.Now = now
 		h.s.Serve(r)
 		m, _ := h.out.Ring().Pop()
-		h.in.Push(Inbound{Kind: InDurable, Seq: m.Seq})
+		h.s.DurableMark().Publish(m.Seq)
 		h.s.Poll(now)
 		if h.s.acks.head != h.s.acks.tail {
 			t.Fatal("answer not released")

@@ -44,6 +44,7 @@ func (s *Shard) Poll(now int64) int {
 			break
 		}
 	}
+	s.applyMark()
 	s.engine.Expire(now)
 	if len(s.waits.order) > 0 {
 		s.runWaiters(now)
@@ -111,8 +112,6 @@ func (s *Shard) apply(m *Inbound, now int64) {
 		s.complete(m.Ticket, s.fillReply)
 	case InReady:
 		s.ready = true
-	case InDurable:
-		s.durable(m.Seq)
 	case InBindPlatform:
 		s.platform[m.Principal] = m.Digest
 	case InPostPaidDone:

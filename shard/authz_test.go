@@ -423,7 +423,7 @@ func TestCaptureIsJournaledBeforeItsAnswer(t *testing.T) {
 	if len(journal) != 1 || journal[0].Kind != OutCommit || journal[0].Usage.Units != 500 || journal[0].Usage.Quote != 500 {
 		t.Fatalf("capture sent %+v, want one commit journal entry of 500", journal)
 	}
-	h.in.Push(Inbound{Kind: InDurable, Seq: journal[0].Seq})
+	h.s.DurableMark().Publish(journal[0].Seq)
 	h.s.Poll(t0 + 2)
 	if len(h.parked) != 0 || resp.StatusCode() != 200 {
 		t.Fatalf("after the journal is durable: %d parked, %d", len(h.parked), resp.StatusCode())
@@ -458,7 +458,7 @@ func TestAuthzAnswerWaitsForDurableUsageWithItsHeaders(t *testing.T) {
 			t.Fatalf("%s: answer sent before its usage is durable: %d %q", c.account, resp.StatusCode(), resp.Header.String())
 		}
 		resp.Reset() // what the handler wrote must come back from the queue
-		h.in.Push(Inbound{Kind: InDurable, Seq: h.s.usageSeq})
+		h.s.DurableMark().Publish(h.s.usageSeq)
 		h.s.Poll(t0 + 2)
 		hdr := func(k string) string { return string(resp.Header.Peek(k)) }
 		if resp.StatusCode() != 200 || hdr("X-Tollgate-Account") != c.account || len(hdr("X-Tollgate-Request-Id")) != 32 ||

@@ -197,7 +197,7 @@ func TestWaitedCheckIsAcknowledgedOnceDurable(t *testing.T) {
 	if len(seqs) != 1 {
 		t.Fatalf("usage %v", seqs)
 	}
-	h.in.Push(Inbound{Kind: InDurable, Seq: seqs[0]})
+	h.s.DurableMark().Publish(seqs[0])
 	h.s.Poll(t0 + 3)
 	if st, body := h.answer(resp); st != 200 || body["decision"] != "admit" {
 		t.Fatalf("after durable: %d %v", st, body)

@@ -101,7 +101,7 @@ func TestLatencyOfPostponedAnswers(t *testing.T) {
 		}
 	}
 	at = t0 + 1 + int64(3*time.Millisecond)
-	h.in.Push(Inbound{Kind: InDurable, Seq: seq})
+	h.s.DurableMark().Publish(seq)
 	h.s.Poll(at)
 	if c := h.s.lat.hist[RouteCheck].Counts; len(h.parked) != 0 || c[bucketOf(3*time.Millisecond)] != 1 {
 		t.Fatalf("released answer: parked %d, histogram %v", len(h.parked), c)
@@ -167,7 +167,7 @@ func TestLatencyRecordingAllocatesNothing(t *testing.T) {
 		r.Now, probe.Now = now, now
 		h.s.Serve(r)
 		m, _ := h.out.Ring().Pop()
-		h.in.Push(Inbound{Kind: InDurable, Seq: m.Seq})
+		h.s.DurableMark().Publish(m.Seq)
 		h.s.Poll(now)
 		h.s.Serve(probe)
 		h.s.PublishStats()

@@ -19,7 +19,6 @@ const (
 	InReclaimLease                     // give back Account's unspent units of lease Token (0: the current one), keeping it current, and of idle retired leases
 	InReady                            // initial state delivered: /readyz may say ready
 	InShare                            // set Account's Share of its limits; the shard acknowledges Seq
-	InDurable                          // usage events up to Seq are durable: release their answers
 	InBindPlatform                     // the platform token with Digest may call seed-000 routes
 	InUnbindPlatform                   // revoke the platform token Principal
 	InPostPaidDone                     // the post-paid Batch of Ticket is billed (or Failed)
@@ -66,7 +65,7 @@ const (
 type OutKind uint8
 
 const (
-	OutUsage    OutKind = iota + 1 // Usage is billed; Seq numbers it for InDurable
+	OutUsage    OutKind = iota + 1 // Usage is billed; Seq numbers it for the DurableMark
 	OutRefill                      // Account wants more funding (Units left, Needed)
 	OutReturn                      // Account's lease Token returns Units unspent
 	OutForward                     // forward Op on Res to shard To

@@ -22,7 +22,7 @@ func TestAPanicWhileDecodingIsAnswered500AndChangesNothing(t *testing.T) {
 	ph, _ := platformHarness(t) // for the platform token's routes
 	res := h.liveReservation(true)
 	h.drainOut()
-	h.in.Push(Inbound{Kind: InDurable, Seq: h.s.usageSeq}) // the commit's journal entry is on disk
+	h.s.DurableMark().Publish(h.s.usageSeq) // the commit's journal entry is on disk
 	h.s.Poll(t0)
 	h.s.testDecodeFault = func() { panic("decoder bug") }
 	ph.s.testDecodeFault = h.s.testDecodeFault

@@ -32,7 +32,7 @@ type Config struct {
 	// refill and forwarding messages.
 	UsageHeadroom int
 	// AckDurable holds answers that report billed usage until the control
-	// plane says the usage is durable (InDurable); AckQueue bounds how many
+	// plane says the usage is durable (its DurableMark); AckQueue bounds how many
 	// wait at once (default DefaultAckQueue).
 	AckDurable bool
 	AckQueue   int
@@ -72,7 +72,10 @@ type Shard struct {
 	outbox *ring.Doorbell[Outbound] // shard → control plane
 
 	usageReserved int
-	usageSeq      uint64     // sequence of the last usage event (or commit) sent
+	usageSeq      uint64 // sequence of the last usage event (or commit) sent
+	mark          *DurableMark
+	markSeen      uint64 // the mark as last applied
+	waker         Waker
 	pendingOut    []Outbound // messages waiting for ring room (outbox.go)
 	acks          ackQueue
 	fillAck       func(*fasthttp.Response)
@@ -167,7 +170,9 @@ func New(cfg Config, in *ring.Doorbell[Inbound], out *ring.Doorbell[Outbound]) (
 		hdr:       make([]byte, 0, 32),
 		field:     make([]byte, 0, 128),
 		num:       make([]byte, 0, 32),
+		mark:      new(DurableMark),
 	}
+	s.waker.s = s
 	if cfg.AckDurable {
 		s.acks = newAckQueue(cfg.AckQueue)
 	}

@@ -25,7 +25,7 @@ func (s *Shard) reserveUsage() bool {
 func (s *Shard) Record(ev *core.UsageEvent) { s.sendReserved(OutUsage, ev) }
 
 // sendReserved sends a usage event or a commit journal entry into the ring
-// room a reserveUsage call kept for it, numbering it for InDurable.
+// room a reserveUsage call kept for it, numbering it for the DurableMark.
 func (s *Shard) sendReserved(kind OutKind, ev *core.UsageEvent) {
 	s.usageReserved--
 	s.usageSeq++

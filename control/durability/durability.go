@@ -1,7 +1,7 @@
 // Package durability tracks what the control plane has written to the usage
 // spool and what of it is on disk, and turns that into the messages that
-// release answers: each shard is told, in order, which of its events are
-// durable (InDurable), a forwarded finish's or commit's reply is held until
+// release answers: each shard's durable mark (Marks) says which of its
+// events are on disk, a forwarded finish's or commit's reply is held until
 // the owner's record is, and a post-paid batch is billed only once its
 // events are.
 //
@@ -61,6 +61,7 @@ type Machine struct {
 	next    uint64 // the next record's sequence
 	durable uint64 // highest sequence known durable
 	marks   [][]mark
+	acked   []uint64 // per shard: its events up to this number are durable
 	last    []uint64 // per shard: sequence of its last record
 	held    []held
 	open    map[core.RequestID]*openCommit
@@ -99,7 +100,7 @@ func New(cfg Config, out Out) *Machine {
 		cfg.Rejournal = 30e9
 	}
 	return &Machine{cfg: cfg, out: out, next: cfg.Next, durable: cfg.Durable,
-		marks: make([][]mark, cfg.Shards), last: make([]uint64, cfg.Shards),
+		marks: make([][]mark, cfg.Shards), acked: make([]uint64, cfg.Shards), last: make([]uint64, cfg.Shards),
 		open: make(map[core.RequestID]*openCommit)}
 }
 
@@ -111,7 +112,7 @@ func (m *Machine) Stats() Stats {
 }
 
 // Record spools one record from shard from; shardSeq (0: none) is the
-// shard's number for it, which InDurable reports back.
+// shard's number for it, which the shard's mark (Marks) reports back.
 func (m *Machine) Record(from int, shardSeq uint64, record []byte) uint64 {
 	seq := m.next
 	m.next++
@@ -174,8 +175,8 @@ func (m *Machine) AwaitAll(ticket uint64) {
 	m.out.Durable(ticket)
 }
 
-// Durable is the spool's durable mark: every shard learns which of its
-// events are on disk, and held replies and waits whose records are go out.
+// Durable is the spool's durable mark: every shard's mark moves to its
+// last event on disk, and held replies and waits whose records are go out.
 func (m *Machine) Durable(seq uint64) {
 	if seq <= m.durable {
 		return
@@ -187,7 +188,7 @@ func (m *Machine) Durable(seq uint64) {
 			n++
 		}
 		if n > 0 {
-			m.out.Send(i, shard.Inbound{Kind: shard.InDurable, Seq: ms[n-1].shardSeq})
+			m.acked[i] = ms[n-1].shardSeq
 			m.marks[i] = append(ms[:0], ms[n:]...)
 		}
 	}
@@ -207,6 +208,14 @@ func (m *Machine) Durable(seq uint64) {
 	clear(m.held[n:])
 	m.held = m.held[:n]
 }
+
+// Marks are, per shard, the number of its last event on disk: the shell
+// publishes each in the shard's mark (shard.DurableMark), which releases
+// the answers parked on events up to it. A mark is not a ring message: with
+// many shards and a few thousand syncs a second, one message per shard per
+// sync was most of what the plane pushed into rings. The slice is the
+// machine's; read it, do not keep it.
+func (m *Machine) Marks() []uint64 { return m.acked }
 
 // Floor is the highest sequence the spool may drop: everything below the
 // oldest open commit entry, and nothing not yet durable.

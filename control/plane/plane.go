@@ -272,6 +272,11 @@ func (m *Machine) flushKeysUsed() {
 	m.effects = append(m.effects, Effect{Kind: EffectKeysUsed, Keys: keys})
 }
 
+// Marks are, per shard, the number of its last usage event on disk, for
+// the shell to publish in each shard's DurableMark (durability.Marks). The
+// slice is the machine's: read it, do not keep it.
+func (m *Machine) Marks() []uint64 { return m.dur.Marks() }
+
 // Floor is the highest spool sequence the exporter may let the spool drop.
 func (m *Machine) Floor() uint64 { return m.dur.Floor() }
 

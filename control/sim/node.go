@@ -197,7 +197,8 @@ func (n *node) popShard(i int) int {
 	return k
 }
 
-// deliver pushes each shard's queue into its ring as far as it has room.
+// deliver pushes each shard's queue into its ring as far as it has room
+// and publishes the shards' durable marks.
 func (n *node) deliver() int {
 	sent := 0
 	for i := range n.shards {
@@ -208,6 +209,12 @@ func (n *node) deliver() int {
 		k := n.in[i].Ring().PushBatch(q)
 		n.m.Sent(i, k, n.w.now)
 		sent += k
+	}
+	for i, mark := range n.m.Marks() {
+		if d := n.shards[i].DurableMark(); d.Load() != mark {
+			d.Publish(mark)
+			sent++
+		}
 	}
 	return sent
 }
