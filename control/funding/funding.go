@@ -338,10 +338,35 @@ func (m *Machine) sliced(id core.AccountID, token uint64, units core.CostUnits) 
 	return a, nil
 }
 
-// Settle records usage billed against lease token of account id.
-func (m *Machine) Settle(id core.AccountID, token uint64, units core.CostUnits, now int64) {
-	a, l := m.sliced(id, token, units)
-	if l == nil {
+// Draw is the lease a usage event drew on, looked up once for both
+// LeaseID and Settle (each usage record needs both, and the lookup is most
+// of their cost). It is valid until the machine's next input.
+type Draw struct {
+	a *account
+	l *lease
+}
+
+// Drawn finds the lease of account id with fencing token.
+func (m *Machine) Drawn(id core.AccountID, token uint64) Draw {
+	a := m.accounts[id]
+	if a == nil {
+		return Draw{}
+	}
+	return Draw{a: a, l: a.lease(token)}
+}
+
+// LeaseID is the ledger's id of the lease drawn on (0: none the plane holds).
+func (d Draw) LeaseID() uint64 {
+	if d.l == nil {
+		return 0
+	}
+	return d.l.id
+}
+
+// Settle records usage billed against the lease d names.
+func (m *Machine) Settle(d Draw, units core.CostUnits, now int64) {
+	a, l := d.a, d.l
+	if l == nil || units > l.out {
 		invariant.Violated(invariant.UnknownSettle, "usage settled against a lease the plane does not hold")
 		return
 	}
@@ -436,17 +461,6 @@ func (a *account) holding() core.CostUnits {
 		h += l.pool + l.out
 	}
 	return h
-}
-
-// LeaseID names the ledger lease behind fencing token token of id (0 if
-// the machine does not hold it).
-func (m *Machine) LeaseID(id core.AccountID, token uint64) uint64 {
-	if a := m.accounts[id]; a != nil {
-		if l := a.lease(token); l != nil {
-			return l.id
-		}
-	}
-	return 0
 }
 
 // Drained is told that shard i's queue has room for grants again.

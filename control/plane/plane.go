@@ -354,12 +354,18 @@ func (m *Machine) FromShard(from int, msg *shard.Outbound, now int64) {
 func (m *Machine) usage(from int, msg *shard.Outbound, now int64) {
 	m.stats.Usage++
 	ev := &msg.Usage
-	r := m.record(record.Usage, ev)
+	var d funding.Draw
+	if ev.Source == core.SourceLease {
+		d = m.fund.Drawn(ev.Account(), ev.FencingToken)
+	}
+	r := record.FromEvent(record.Usage, ev, d.LeaseID())
 	m.scratch = record.Append(m.scratch[:0], &r)
 	m.dur.Record(from, msg.Seq, m.scratch)
 	m.dur.Closed(ev.RequestID)
 	if ev.Source == core.SourceLease {
-		m.fund.Settle(ev.Account(), ev.FencingToken, ev.Units, now)
+		// After the append: settling may retire the lease, whose release
+		// waits for every record appended so far, this one included.
+		m.fund.Settle(d, ev.Units, now)
 		if len(m.recalls) > 0 {
 			m.answerRecalled()
 		}
@@ -371,7 +377,7 @@ func (m *Machine) usage(from int, msg *shard.Outbound, now int64) {
 func (m *Machine) record(k record.Kind, ev *core.UsageEvent) record.Record {
 	var lease uint64
 	if ev.Source == core.SourceLease {
-		lease = m.fund.LeaseID(ev.Account(), ev.FencingToken)
+		lease = m.fund.Drawn(ev.Account(), ev.FencingToken).LeaseID()
 	}
 	return record.FromEvent(k, ev, lease)
 }
