@@ -4,9 +4,10 @@
 # rounds), server on the upper half of the CPUs, loadtest on the lower half.
 # A and B are git revisions (built into a temporary worktree) or WORKTREE for
 # the working tree. Per round: throughput, p99, the server's CPU per request
-# (user + system time from /proc/PID/stat over the measured window) and
+# (user + system time from /proc/PID/stat over the measured window),
 # ledger transactions per second (lease operations + settlements, from
-# /metrics); then the medians and B/A of each.
+# /metrics) and spool fdatasyncs per second; then the medians and B/A of
+# each.
 #
 # Knobs: ROUNDS=4 ROUND_SECS=8 WARMUP_SECS=2 CONNS=64. Loopback only.
 set -euo pipefail
@@ -69,6 +70,10 @@ txns() { # ADMIN_PORT
 	curl -s -m 2 -H "Authorization: Bearer $token" "http://127.0.0.1:$1/metrics" |
 		awk '/^tollgated_lease_operations_total\{/ && !/"error"/ { s += $2 } /^tollgated_ledger_settlements_total / { s += $2 } END { printf "%d", s }'
 }
+syncs() { # ADMIN_PORT
+	curl -s -m 2 -H "Authorization: Bearer $token" "http://127.0.0.1:$1/metrics" |
+		awk '/^tollgated_spool_syncs_total / { s = $2 } END { printf "%d", s }'
+}
 hz=$(getconf CLK_TCK)
 measure() { # NAME PID PORT ADMIN -> "rps p99 cpu_us_per_req txn_per_s"
 	local args=("${extra[@]}")
@@ -80,18 +85,18 @@ measure() { # NAME PID PORT ADMIN -> "rps p99 cpu_us_per_req txn_per_s"
 	local lt=$!
 	sleep "$WARMUP_SECS"
 	local c0 l0 c1 l1
-	c0=$(awk '{ print $14 + $15 }' "/proc/$2/stat"); l0=$(txns "$4")
+	c0=$(awk '{ print $14 + $15 }' "/proc/$2/stat"); l0=$(txns "$4"); f0=$(syncs "$4")
 	sleep "$ROUND_SECS"
-	c1=$(awk '{ print $14 + $15 }' "/proc/$2/stat"); l1=$(txns "$4")
+	c1=$(awk '{ print $14 + $15 }' "/proc/$2/stat"); l1=$(txns "$4"); f1=$(syncs "$4")
 	wait "$lt"
 	awk -v rps="$(grep -o '"throughput_rps":[0-9.]*' "$work/out.json" | cut -d: -f2)" \
 		-v p99="$(grep -o '"p99":[0-9.]*' "$work/out.json" | head -n1 | cut -d: -f2)" \
 		-v req="$(grep -o '"requests":[0-9]*' "$work/out.json" | head -n1 | cut -d: -f2)" \
-		-v c=$(( c1 - c0 )) -v hz="$hz" -v l=$(( l1 - l0 )) -v s="$ROUND_SECS" \
-		'BEGIN { printf "%.0f %.0f %.2f %.1f\n", rps, p99, c / hz * 1e6 / req, l / s }'
+		-v c=$(( c1 - c0 )) -v hz="$hz" -v l=$(( l1 - l0 )) -v f=$(( f1 - f0 )) -v s="$ROUND_SECS" \
+		'BEGIN { printf "%.0f %.0f %.2f %.1f %.0f\n", rps, p99, c / hz * 1e6 / req, l / s, f / s }'
 }
 
-echo "$SCENARIO, $CONNS connections, ${ROUND_SECS}s rounds: A=$1 B=$2 (req/s, p99 µs, CPU µs/req, ledger txn/s)"
+echo "$SCENARIO, $CONNS connections, ${ROUND_SECS}s rounds: A=$1 B=$2 (req/s, p99 µs, CPU µs/req, ledger txn/s, spool fsync/s)"
 declare -a A B
 for (( r = 1; r <= ROUNDS; r++ )); do
 	if (( r % 2 )); then
@@ -103,9 +108,9 @@ for (( r = 1; r <= ROUNDS; r++ )); do
 	echo "round $r  A: $a   B: $b"
 done
 med() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-for f in 1 2 3 4; do
+for f in 1 2 3 4 5; do
 	ma=$(printf '%s\n' "${A[@]}" | cut -d' ' -f"$f" | med)
 	mb=$(printf '%s\n' "${B[@]}" | cut -d' ' -f"$f" | med)
-	name=$(echo "req/s p99_µs CPU_µs/req ledger_txn/s" | cut -d' ' -f"$f")
+	name=$(echo "req/s p99_µs CPU_µs/req ledger_txn/s fsync/s" | cut -d' ' -f"$f")
 	awk -v n="$name" -v a="$ma" -v b="$mb" 'BEGIN { printf "median %-13s A %10s  B %10s  B/A %.3f\n", n, a, b, (a ? b / a : 0) }'
 done

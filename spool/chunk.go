@@ -1,6 +1,7 @@
 package spool
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"os"
@@ -17,14 +18,29 @@ var (
 	errShort  = errors.New("file ends inside the record")
 	errLength = errors.New("length field above MaxPayload")
 	errCRC    = errors.New("CRC mismatch")
+	// errZero is an all-zero header: no record was written there (yet).
+	// At a record boundary of the last segment, followed by zeros only, it
+	// is the end of the log (see zeroTail); anywhere else it is damage.
+	errZero = errors.New("all-zero header")
 )
+
+// badRecord reports whether err says the bytes at an offset are no record
+// (as opposed to an I/O error).
+func badRecord(err error) bool {
+	return errors.Is(err, errShort) || errors.Is(err, errLength) || errors.Is(err, errCRC) || errors.Is(err, errZero)
+}
+
+// zeros is a block of zero bytes to compare with and to grow segments from.
+// Never written.
+var zeros [chunkSize]byte
 
 // chunkReader reads records from a segment file with positioned reads of
 // chunkSize, so scanning costs one system call per chunk, not per record.
 // It never assumes the file stops growing: a request beyond the bytes it
-// holds re-reads from the requested offset. Bytes once in a segment never
-// change (segments are append-only and truncated only before any reader
-// exists), so buffered bytes stay valid.
+// holds re-reads from the requested offset. Records once in a segment never
+// change, but the zeros the flusher grew the last segment by do: a record
+// that does not decode from buffered bytes is read again from the file
+// before it is reported bad (record).
 type chunkReader struct {
 	f    *os.File
 	buf  []byte
@@ -61,9 +77,25 @@ func (r *chunkReader) at(off int64, n int) ([]byte, error) {
 // record decodes and checks the record at off and returns its header and
 // its bytes (header and payload). The sequence number is not checked.
 func (r *chunkReader) record(off int64) (header, []byte, error) {
+	h, rec, err := r.decode(off)
+	if err != nil {
+		// Buffered bytes may be zeros, or a write in progress, that the
+		// flusher has since overwritten with records: judge the file. Only
+		// bad records pay for the second reading, and they are rare.
+		r.n = 0
+		h, rec, err = r.decode(off)
+	}
+	return h, rec, err
+}
+
+// decode is record without the second reading.
+func (r *chunkReader) decode(off int64) (header, []byte, error) {
 	hb, err := r.at(off, HeaderSize)
 	if err != nil {
 		return header{}, nil, err
+	}
+	if allZero(hb) {
+		return header{}, nil, errZero
 	}
 	h := decodeHeader(hb)
 	if h.length > MaxPayload {
@@ -77,4 +109,36 @@ func (r *chunkReader) record(off int64) (header, []byte, error) {
 		return h, nil, errCRC
 	}
 	return h, rec, nil
+}
+
+// zeroTail reports whether the bytes [from, size) of r's file are all
+// zero: in the last segment, from a record boundary, that is the space the
+// flusher grew the segment by and has not written records into, and the
+// log ends at from. Read fresh from the file, not from the buffer.
+func zeroTail(r *chunkReader, from, size int64) (bool, error) {
+	r.n = 0
+	for off := from; off < size; {
+		n := int(min(size-off, chunkSize))
+		b, err := r.at(off, n)
+		if err != nil {
+			return false, err
+		}
+		if !allZero(b) {
+			return false, nil
+		}
+		off += int64(n)
+	}
+	return true, nil
+}
+
+// allZero reports whether every byte of b is zero.
+func allZero(b []byte) bool {
+	for len(b) > 0 {
+		n := min(len(b), len(zeros))
+		if !bytes.Equal(b[:n], zeros[:n]) {
+			return false
+		}
+		b = b[n:]
+	}
+	return true
 }

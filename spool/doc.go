@@ -6,8 +6,8 @@
 //
 // One control-plane goroutine appends (Append copies into memory and never
 // touches the disk, so it never blocks on I/O). A flusher goroutine owned by
-// the spool writes what is pending with one write and one fdatasync per
-// batch (group commit), then calls OnDurable and advances Durable; only
+// the spool writes what is pending with one write per chunk and one
+// fdatasync per batch (group commit), then calls OnDurable and advances Durable; only
 // records at or below Durable may be acknowledged. An exporter reads durable
 // records (Read), ships them to the ledger, which is idempotent by event id,
 // and then calls Release, after which the spool may delete them. On start,
@@ -19,8 +19,21 @@
 // chunk under a mutex and returns; it allocates nothing once the spool has
 // seen its load, and refuses with ErrFull rather than buffer more than
 // MaxPendingBytes. The flusher takes all pending chunks at once, writes them
-// (one write per chunk) and fdatasyncs once, so a batch costs one sync
-// however many records it holds. It starts a flush at most once per
+// (one pwrite per chunk) and fdatasyncs once, so a batch costs one sync
+// however many records it holds.
+//
+// # Growing ahead
+//
+// An fdatasync that follows a write past the end of a file must also write
+// the inode, for the new size: two I/Os in a row instead of one. So the
+// flusher writes records into zeros it made durable beforehand: it extends
+// the segment by Options.GrowBytes of zeros and fdatasyncs them when a
+// batch would not fit (one step per GrowBytes, not the whole segment at a
+// roll), then writes records in place at the end of the records, and the
+// batch's fdatasync writes data only. Growth stops at SegmentBytes. A
+// segment is trimmed to its records (ftruncate, fsync) when the flusher
+// rolls from it and when the spool is closed, so only the last segment,
+// and only while written or after a crash, carries zeros. It starts a flush at most once per
 // FlushInterval, at once when MaxBatchBytes are pending, and on Sync and
 // Close. A failed write or sync is permanent (ErrBroken): after it, the
 // kernel may have dropped the data while a retried sync succeeds.
@@ -43,8 +56,9 @@
 //	00000000000000052113.seg  their first record, 20 decimal digits so that
 //	...                       names sort in sequence order
 //
-// A segment file is a sequence of records and nothing else. A record is a
-// 16-byte header followed by its payload, all little endian:
+// A segment file is a sequence of records; the last segment may be followed
+// by zeros to the end of the file (see Growing ahead). A record is a 16-byte
+// header followed by its payload, all little endian:
 //
 //	offset 0   uint32  length of the payload in bytes (at most MaxPayload)
 //	offset 4   uint32  CRC-32C (Castagnoli) of bytes 8 .. 16+length, that is
@@ -52,14 +66,21 @@
 //	offset 8   uint64  sequence number
 //	offset 16  length bytes of payload
 //
+// The log ends at the first record boundary of the last segment from which
+// the rest of the file is zero bytes; a zero header cannot start a record,
+// because no record has sequence number 0. In any other segment, and
+// anywhere a non-zero byte follows, bytes that are not a good record are
+// damage or a torn tail (Recovery). Writing continues at the end of the
+// records, not the end of the file.
+//
 // Records are never split across segments. The first record of a segment
 // carries the sequence number in the file name, and the first record of each
 // segment follows the last record of the previous one without a gap. Only
 // the last segment is ever written to; the flusher rolls to a new one when
-// the current one has reached Options.SegmentBytes (so a segment holds at
-// least one record and at most SegmentBytes plus one record). A new segment
-// is created and the directory fsync'd before any record is written to it;
-// the old one is fdatasync'd before the roll.
+// the current one's records have reached Options.SegmentBytes (so a segment
+// holds at least one record and at most SegmentBytes plus one record). A
+// new segment is created and the directory fsync'd before any record is
+// written to it; the old one is fdatasync'd and trimmed before the roll.
 //
 // RELEASED is 20 bytes: the magic "TGSPREL1", the released sequence number
 // (uint64), and the CRC-32C of the 16 bytes before it. It is replaced
@@ -71,7 +92,8 @@
 // # Recovery
 //
 // Open scans every segment that holds unreleased records and checks every
-// record (length bound, CRC, sequence number). A bad record at the tail of
+// record (length bound, CRC, sequence number), up to the zeros that end the
+// log, which it keeps for the records to come. A bad record at the tail of
 // the last segment is the remains of a write that a crash cut short: no
 // acknowledged record can follow it, because an fdatasync covers the whole
 // file, so Open truncates the segment to the last good record and fsyncs it.
@@ -84,7 +106,8 @@
 //
 // Open also fdatasyncs the last segment, so that records a killed process
 // left in the page cache are durable before they are replayed and counted
-// in Durable.
+// in Durable, and so are the zeros after them that the flusher will write
+// records into.
 //
 // What Open cuts is never silent: Dropped names the file, the offset, the
 // bytes and the records they held as far as their headers tell, for the
@@ -106,10 +129,12 @@
 // The write path does not touch the archive.
 //
 // Known limits: damage confined to the last record of the last segment
-// cannot be told from a torn write and is cut away like one. After a power
-// cut, a block of zeros followed by a later, unsynced but intact record in
-// the last segment is reported as corruption, though nothing acknowledged
-// was lost; an operator must then decide. Release does not fsync the
+// cannot be told from a torn write and is cut away like one, and damage
+// that zeroed the last records of the last segment and everything after
+// them cannot be told from the end of the log. After a power cut, a block
+// of zeros followed by a later, unsynced but intact record in the last
+// segment is reported as corruption, though nothing acknowledged was lost;
+// an operator must then decide. Release does not fsync the
 // directory after deleting segments: a deletion lost in a crash is redone
 // by the next Open, because the mark that justified it is durable.
 package spool

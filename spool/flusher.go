@@ -122,10 +122,17 @@ func (s *Spool) flush() (stop bool) {
 	return stop
 }
 
-// write appends the chunks of a batch, runs of whole encoded records, to
-// the segment files and syncs them, rolling to a new segment whenever the
-// current one has reached SegmentBytes. A segment is synced before the next
-// is created, so the last segment is the only one that can hold a torn tail.
+// write puts the chunks of a batch, runs of whole encoded records, into
+// the segment files at the end of their records and syncs them, rolling to
+// a new segment whenever the current one has reached SegmentBytes. A
+// segment is synced and trimmed before the next is created, so the last
+// segment is the only one that can hold a torn tail or zeros.
+//
+// Records go into zeros that grow made durable beforehand, so the file size
+// does not change and the fdatasync writes no inode. grow runs here, when a
+// batch would not fit, not ahead of time in another goroutine: a step is
+// about 1 ms once per GrowBytes (BENCHMARKS.md), and zeros written while the
+// flusher syncs would be flushed by its sync.
 //
 // After a failed write or sync the file's state is unknown (Linux may drop
 // the dirty pages and clear the error, so a retried fsync can succeed
@@ -146,10 +153,16 @@ func (s *Spool) write(batch [][]byte) error {
 				}
 			}
 			n := cut(c, s.opts.SegmentBytes-s.segSize)
-			if _, err := s.seg.Write(c[:n]); err != nil {
+			if end := s.segSize + int64(n); end > s.segAlloc {
+				if err := s.grow(end); err != nil {
+					return err
+				}
+			}
+			if _, err := s.seg.WriteAt(c[:n], s.segSize); err != nil {
 				return fmt.Errorf("spool: write %s: %w", s.seg.Name(), err)
 			}
 			s.segSize += int64(n)
+			s.segAlloc = max(s.segAlloc, s.segSize)
 			dirty = true
 			c = c[n:]
 		}
@@ -157,6 +170,53 @@ func (s *Spool) write(batch [][]byte) error {
 	if dirty {
 		return s.sync()
 	}
+	return nil
+}
+
+// grow extends the segment being written with zeros, by GrowBytes steps,
+// until it holds at least need bytes, and fdatasyncs them, so that records
+// written into them later never change the file size. It grows no further
+// than SegmentBytes (or need, past it), where the segment rolls. With
+// GrowBytes negative it does nothing and the write extends the file.
+func (s *Spool) grow(need int64) error {
+	step := s.opts.GrowBytes
+	if step < 0 {
+		return nil
+	}
+	target := s.segAlloc + step
+	if target < need {
+		target += (need - target + step - 1) / step * step
+	}
+	target = min(target, max(need, s.opts.SegmentBytes))
+	for off := s.segAlloc; off < target; {
+		n := min(target-off, int64(len(zeros)))
+		if _, err := s.seg.WriteAt(zeros[:n], off); err != nil {
+			return fmt.Errorf("spool: grow %s: %w", s.seg.Name(), err)
+		}
+		off += n
+	}
+	if err := datasync(s.seg); err != nil {
+		return fmt.Errorf("spool: fdatasync %s after growing it: %w", s.seg.Name(), err)
+	}
+	s.stats.grows.Add(1)
+	s.segAlloc = target
+	return nil
+}
+
+// trim cuts the zeros past the records of the segment being written, whose
+// records are synced, and makes the new size durable: a rolled segment, and
+// the last one of a spool closed cleanly, hold records only.
+func (s *Spool) trim() error {
+	if s.segAlloc <= s.segSize {
+		return nil
+	}
+	if err := s.seg.Truncate(s.segSize); err != nil {
+		return fmt.Errorf("spool: trim %s to %d: %w", s.seg.Name(), s.segSize, err)
+	}
+	if err := s.seg.Sync(); err != nil {
+		return fmt.Errorf("spool: fsync %s after trimming it: %w", s.seg.Name(), err)
+	}
+	s.segAlloc = s.segSize
 	return nil
 }
 
@@ -184,9 +244,12 @@ func cut(batch []byte, room int64) int {
 	return off
 }
 
-// roll closes the current segment (already synced) and makes a new one for
-// the record first.
+// roll trims and closes the current segment (already synced) and makes a
+// new one for the record first.
 func (s *Spool) roll(first uint64) error {
+	if err := s.trim(); err != nil {
+		return err
+	}
 	if err := s.seg.Close(); err != nil {
 		s.seg = nil
 		return fmt.Errorf("spool: close segment: %w", err)
@@ -196,7 +259,7 @@ func (s *Spool) roll(first uint64) error {
 	if err != nil {
 		return err
 	}
-	s.seg, s.segSize = f, 0
+	s.seg, s.segSize, s.segAlloc = f, 0, 0
 	s.segMu.Lock()
 	s.segs = append(s.segs, first)
 	s.segMu.Unlock()

@@ -86,7 +86,8 @@ func (f *follower) payload(seq uint64) ([]byte, error) {
 	}
 	h, rec, err := f.cr.record(f.off)
 	if errors.Is(err, errShort) && f.limit == math.MaxUint64 {
-		// The spool's last segment when opened; it may have rolled since.
+		// The spool's last segment when opened; it may have rolled (and
+		// been trimmed of its zeros) since.
 		if err := f.seek(seq); err != nil {
 			return nil, err
 		}

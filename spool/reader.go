@@ -96,7 +96,8 @@ func (r *reader) payload(s *Spool, seq uint64) ([]byte, error) {
 	h, rec, err := r.cr.record(r.off)
 	if errors.Is(err, errShort) && r.limit == math.MaxUint64 {
 		// The segment was the last when we opened it; it may have been
-		// rolled since and seq be the first record of the next one.
+		// rolled (and trimmed of its zeros) since and seq be the first
+		// record of the next one.
 		if err := r.seek(s, seq); err != nil {
 			return nil, err
 		}

@@ -12,8 +12,9 @@ import (
 type recovered struct {
 	released uint64
 	segs     []uint64 // first seqs of the segments on disk, in order; never empty
-	active   *os.File // the last segment, open for appending, fdatasync'd
-	size     int64    // its size
+	active   *os.File // the last segment, open for writing, fdatasync'd
+	size     int64    // the bytes its records take: where writing continues
+	alloc    int64    // its file size: records, then durable zeros
 	next     uint64   // sequence number of the next record
 	dropped  Dropped  // the torn tail cut from the last segment, if any
 	// archivePruned counts archived segments deleted because they did
@@ -150,7 +151,7 @@ func recoverDir(dir string, dirFile *os.File, archive string) (rec recovered, er
 	}
 
 	lastPath := plan.lastPath(dir)
-	f, err := os.OpenFile(lastPath, os.O_WRONLY|os.O_APPEND, 0)
+	f, err := os.OpenFile(lastPath, os.O_WRONLY, 0)
 	if err != nil {
 		return rec, fmt.Errorf("spool: open last segment: %w", err)
 	}
@@ -160,8 +161,15 @@ func recoverDir(dir string, dirFile *os.File, archive string) (rec recovered, er
 			return rec, fmt.Errorf("spool: truncate torn tail of %s at %d: %w", lastPath, plan.tail.end, err)
 		}
 	}
+	alloc := plan.tail.size // zeros past the records stay: the flusher writes into them
+	if plan.tail.torn() {
+		alloc = plan.tail.end
+	}
 	// Records a killed process left in the page cache are on disk only once
-	// synced; Open reports them durable, so sync before saying so.
+	// synced; Open reports them durable, so sync before saying so. The sync
+	// also makes the zeros after them durable, if the process grew the
+	// segment and died before its own sync: the flusher writes records
+	// only into durable zeros.
 	if err := datasync(f); err != nil {
 		f.Close()
 		return rec, fmt.Errorf("spool: sync %s: %w", lastPath, err)
@@ -170,7 +178,7 @@ func recoverDir(dir string, dirFile *os.File, archive string) (rec recovered, er
 		f.Close()
 		return rec, fmt.Errorf("spool: sync dir: %w", err)
 	}
-	rec.segs, rec.active, rec.size, rec.next = plan.firsts, f, plan.tail.end, plan.next
+	rec.segs, rec.active, rec.size, rec.alloc, rec.next = plan.firsts, f, plan.tail.end, alloc, plan.next
 	rec.dropped = plan.dropped(dir)
 	return rec, nil
 }
@@ -183,7 +191,7 @@ func createFirstSegment(dir string, dirFile *os.File, rec *recovered) error {
 	if err != nil {
 		return err
 	}
-	rec.segs, rec.active, rec.size, rec.next = []uint64{first}, f, 0, first
+	rec.segs, rec.active, rec.size, rec.alloc, rec.next = []uint64{first}, f, 0, 0, first
 	return nil
 }
 
@@ -191,7 +199,7 @@ func createFirstSegment(dir string, dirFile *os.File, rec *recovered) error {
 // so that records written to it and synced cannot vanish with the name.
 func createSegment(dir string, dirFile *os.File, first uint64) (*os.File, error) {
 	path := segPath(dir, first)
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("spool: create segment: %w", err)
 	}

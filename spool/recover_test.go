@@ -82,8 +82,9 @@ func TestOpenTruncatesTornHeader(t *testing.T) {
 
 func TestOpenTruncatesGarbageTail(t *testing.T) {
 	for name, junk := range map[string][]byte{
-		"zeros":  make([]byte, 10000),
-		"random": randomBytes(10000, 7),
+		"random":             randomBytes(10000, 7),
+		"zeros, then random": append(make([]byte, 5000), randomBytes(5000, 7)...),
+		"random, then zeros": append(randomBytes(5000, 7), make([]byte, 5000)...),
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -246,7 +247,7 @@ func TestOpenReportsWhatItCut(t *testing.T) {
 			t.Fatalf("durable %d", s.Durable())
 		}
 	})
-	t.Run("zeros", func(t *testing.T) {
+	t.Run("zeros are the end of the log", func(t *testing.T) {
 		dir := t.TempDir()
 		opts := fillSpool(t, dir, 10)
 		last := segFiles(t, dir)[0]
@@ -254,8 +255,8 @@ func TestOpenReportsWhatItCut(t *testing.T) {
 		f.Write(make([]byte, 4096))
 		f.Close()
 		s := openT(t, dir, opts)
-		if d := s.Dropped(); d.Records != 0 || d.Bytes != 4096 || d.FirstSeq != 11 {
-			t.Fatalf("Dropped = %+v: zeros are no record", d)
+		if d := s.Dropped(); d != (Dropped{}) {
+			t.Fatalf("Dropped = %+v: zeros after the last record are room grown ahead, not damage", d)
 		}
 	})
 	t.Run("clean", func(t *testing.T) {

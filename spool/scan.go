@@ -10,20 +10,25 @@ import (
 type scanResult struct {
 	size int64  // file size
 	end  int64  // offset just past the last good record
+	free int64  // zero bytes after end, to the end of the file: the log's end, not damage
 	next uint64 // sequence number the next record must carry
 	// tailRecords counts the records a torn tail holds, whole or in part,
 	// as far as their headers tell (see countTail).
 	tailRecords uint64
 }
 
-// torn reports whether the segment has bytes after its last good record.
-func (r scanResult) torn() bool { return r.end < r.size }
+// torn reports whether the segment has bytes after its last good record
+// that are not all zero.
+func (r scanResult) torn() bool { return r.end+r.free < r.size }
 
 // scanSegment checks every record of the segment file at path, whose first
 // record must carry first, and that records follow each other without gaps.
 //
 // In a segment that is not the last (last false) every byte must belong to a
-// good record. In the last segment, bad bytes at the tail are a torn write:
+// good record. In the last segment, the log ends at the first record
+// boundary from which the rest of the file is zeros (res.free counts them):
+// the flusher grows the segment with durable zeros ahead of its writes.
+// Otherwise, bad bytes at the tail are a torn write:
 // the result then has end < size and the caller truncates. They count as the
 // tail only if no well-formed record with a plausible sequence number follows
 // them (see findRecord); otherwise the segment is corrupt in the middle and
@@ -54,8 +59,18 @@ func scanSegment(path string, first uint64, last bool) (scanResult, error) {
 			res.next++
 			continue
 		}
-		if !errors.Is(err, errShort) && !errors.Is(err, errLength) && !errors.Is(err, errCRC) {
+		if !badRecord(err) {
 			return res, fmt.Errorf("spool: %s: offset %d: %w", path, res.end, err)
+		}
+		if last {
+			zero, zerr := zeroTail(&r, res.end, res.size)
+			if zerr != nil {
+				return res, fmt.Errorf("spool: %s: %w", path, zerr)
+			}
+			if zero {
+				res.free = res.size - res.end
+				return res, nil
+			}
 		}
 		if !last {
 			return res, fmt.Errorf("spool: %s: offset %d (seq %d): %w: %w", path, res.end, res.next, err, ErrCorrupt)

@@ -57,8 +57,9 @@ type Spool struct {
 	abandon atomic.Bool   // tests: the flusher returns without flushing, as in a crash
 
 	// Owned by the flusher goroutine (and by Close after it has returned).
-	seg       *os.File // the last segment, open for appending
-	segSize   int64
+	seg       *os.File  // the last segment, open for writing
+	segSize   int64     // bytes its records take: where the next record goes
+	segAlloc  int64     // its file size; segSize..segAlloc are durable zeros
 	lastStart time.Time // when the last flush started
 	batch     [][]byte  // chunks being written; reused
 	calm      int       // batches in a row no larger than MaxBatchBytes
@@ -124,20 +125,21 @@ func Open(dir string, opts Options) (*Spool, error) {
 		return nil, err
 	}
 	s := &Spool{
-		dir:     dir,
-		opts:    opts,
-		lock:    lock,
-		dirFile: dirFile,
-		buf:     newPending(opts.MaxPendingBytes),
-		batch:   make([][]byte, 0, maxChunks(opts.MaxPendingBytes)),
-		next:    rec.next,
-		wake:    make(chan struct{}, 1),
-		urge:    make(chan struct{}, 1),
-		done:    make(chan struct{}),
-		seg:     rec.active,
-		segSize: rec.size,
-		segs:    rec.segs,
-		arc:     arc,
+		dir:      dir,
+		opts:     opts,
+		lock:     lock,
+		dirFile:  dirFile,
+		buf:      newPending(opts.MaxPendingBytes),
+		batch:    make([][]byte, 0, maxChunks(opts.MaxPendingBytes)),
+		next:     rec.next,
+		wake:     make(chan struct{}, 1),
+		urge:     make(chan struct{}, 1),
+		done:     make(chan struct{}),
+		seg:      rec.active,
+		segSize:  rec.size,
+		segAlloc: rec.alloc,
+		segs:     rec.segs,
+		arc:      arc,
 	}
 	s.cond.L = &s.mu
 	s.durable.Store(rec.next - 1)
@@ -262,6 +264,10 @@ func (s *Spool) closeFiles() error {
 	s.mu.Lock()
 	errs := []error{s.err}
 	s.mu.Unlock()
+	if s.seg != nil && errs[0] == nil && !s.abandon.Load() {
+		// A spool closed cleanly holds records only.
+		errs = append(errs, s.trim())
+	}
 	if s.seg != nil {
 		if err := s.seg.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("spool: close segment: %w", err))

@@ -25,6 +25,7 @@ type Stats struct {
 	FlushedBytes uint64 // bytes written by those batches
 	Syncs        uint64 // fdatasync calls by the flusher (a roll adds one)
 	Rolls        uint64 // segments created by the flusher
+	Grows        uint64 // steps of zeros the flusher grew segments by (each one more fdatasync, not in Syncs)
 	Deleted      uint64 // segments deleted by Release
 	Full         uint64 // Appends refused with ErrFull
 	Truncated    int64  // bytes cut from a torn tail when the spool was opened
@@ -62,6 +63,7 @@ type counters struct {
 	flushedBytes atomic.Uint64
 	syncs        atomic.Uint64
 	rolls        atomic.Uint64
+	grows        atomic.Uint64
 	deleted      atomic.Uint64
 	archived     atomic.Uint64
 	pruned       atomic.Uint64
@@ -114,6 +116,7 @@ func (s *Spool) Stats() Stats {
 	st.FlushedBytes = c.flushedBytes.Load()
 	st.Syncs = c.syncs.Load()
 	st.Rolls = c.rolls.Load()
+	st.Grows = c.grows.Load()
 	st.Deleted = c.deleted.Load()
 	st.Full = c.full.Load()
 	st.Truncated = c.truncated.Load()

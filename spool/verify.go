@@ -44,7 +44,11 @@ type Report struct {
 type SegmentReport struct {
 	Path  string
 	First uint64 // sequence number its name gives its first record
-	Size  int64
+	Size  int64  // of the file
+	// Free counts the zero bytes after the last record of the last
+	// segment, to the end of the file: space grown ahead of the writes,
+	// not damage.
+	Free int64
 	// Released: it holds only released records, so Open deletes it unread
 	// (and Verify does not read it either).
 	Released bool
@@ -148,7 +152,7 @@ func inspect(dir string, keep func(seq uint64, payload []byte) error) (*Report, 
 			if fi, err := os.Stat(seg.Path); err == nil {
 				seg.Size = fi.Size()
 			}
-		} else if err := w.segment(&seg); err != nil {
+		} else if err := w.segment(&seg, i == len(firsts)-1); err != nil {
 			return nil, err
 		}
 		rep.Segments = append(rep.Segments, seg)
@@ -189,8 +193,9 @@ type walker struct {
 	tailRecords uint64
 }
 
-// segment reads one segment into seg.
-func (w *walker) segment(seg *SegmentReport) error {
+// segment reads one segment into seg; last says it is the last one, the
+// only one whose records may end in zeros.
+func (w *walker) segment(seg *SegmentReport, last bool) error {
 	f, err := os.Open(seg.Path)
 	if err != nil {
 		return fmt.Errorf("spool: verify: %w", err)
@@ -229,8 +234,18 @@ func (w *walker) segment(seg *SegmentReport) error {
 			off += int64(len(rec))
 			continue
 		}
-		if !errors.Is(err, errShort) && !errors.Is(err, errLength) && !errors.Is(err, errCRC) {
+		if !badRecord(err) {
 			return fmt.Errorf("spool: verify %s: offset %d: %w", seg.Path, off, err)
+		}
+		if last {
+			zero, zerr := zeroTail(&r, off, seg.Size)
+			if zerr != nil {
+				return fmt.Errorf("spool: verify %s: %w", seg.Path, zerr)
+			}
+			if zero {
+				seg.Free = seg.Size - off
+				break
+			}
 		}
 		at, found, ferr := findRecord(&r, off+1, seg.Size, next)
 		if ferr != nil {
@@ -288,6 +303,9 @@ func (r *Report) WriteText(out io.Writer) {
 		switch {
 		case s.Released:
 			fmt.Fprintf(out, "  %s: %d bytes, released (start-up deletes it)\n", s.Path, s.Size)
+			continue
+		case len(s.Damage) == 0 && s.Free > 0:
+			fmt.Fprintf(out, "  %s: %d bytes, %d records, ok; the last %d bytes are zeros, room for more records\n", s.Path, s.Size, s.Records, s.Free)
 			continue
 		case len(s.Damage) == 0:
 			fmt.Fprintf(out, "  %s: %d bytes, %d records, ok\n", s.Path, s.Size, s.Records)

@@ -29,7 +29,7 @@ type spoolRecord struct {
 }
 
 // segmentRecords lists the records of a segment file, up to the first
-// that does not fit.
+// that does not fit or the zeros after the last.
 func segmentRecords(t *testing.T, path string) []spoolRecord {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -39,8 +39,8 @@ func segmentRecords(t *testing.T, path string) []spoolRecord {
 	var out []spoolRecord
 	for off := int64(0); off+spool.HeaderSize <= int64(len(b)); {
 		n := spool.HeaderSize + int64(binary.LittleEndian.Uint32(b[off:]))
-		if off+n > int64(len(b)) {
-			break
+		if off+n > int64(len(b)) || binary.LittleEndian.Uint64(b[off+8:]) == 0 {
+			break // no sequence number: the zeros the last segment is grown by
 		}
 		out = append(out, spoolRecord{off: off, len: n, seq: binary.LittleEndian.Uint64(b[off+8:])})
 		off += n
