@@ -84,7 +84,7 @@ measure() { # NAME PID PORT ADMIN -> "rps p99 cpu_us_per_req txn_per_s"
 		--warmup "${WARMUP_SECS}s" --scenario "$SCENARIO" --json -q "${args[@]}" >"$work/out.json" &
 	local lt=$!
 	sleep "$WARMUP_SECS"
-	local c0 l0 c1 l1
+	local c0 l0 f0 c1 l1 f1
 	c0=$(awk '{ print $14 + $15 }' "/proc/$2/stat"); l0=$(txns "$4"); f0=$(syncs "$4")
 	sleep "$ROUND_SECS"
 	c1=$(awk '{ print $14 + $15 }' "/proc/$2/stat"); l1=$(txns "$4"); f1=$(syncs "$4")

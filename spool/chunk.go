@@ -131,6 +131,29 @@ func zeroTail(r *chunkReader, from, size int64) (bool, error) {
 	return true, nil
 }
 
+// dirtyEnd is the offset just past the last byte of [from, size) that is
+// not zero (from if there is none): how much of a torn tail is damage, not
+// the zeros the flusher grew the segment with.
+func dirtyEnd(r *chunkReader, from, size int64) (int64, error) {
+	r.n = 0
+	end := from
+	for off := from; off < size; {
+		n := int(min(size-off, chunkSize))
+		b, err := r.at(off, n)
+		if err != nil {
+			return 0, err
+		}
+		for i := len(b) - 1; i >= 0; i-- {
+			if b[i] != 0 {
+				end = off + int64(i) + 1
+				break
+			}
+		}
+		off += int64(n)
+	}
+	return end, nil
+}
+
 // allZero reports whether every byte of b is zero.
 func allZero(b []byte) bool {
 	for len(b) > 0 {

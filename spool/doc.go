@@ -131,10 +131,17 @@
 // Known limits: damage confined to the last record of the last segment
 // cannot be told from a torn write and is cut away like one, and damage
 // that zeroed the last records of the last segment and everything after
-// them cannot be told from the end of the log. After a power cut, a block
-// of zeros followed by a later, unsynced but intact record in the last
-// segment is reported as corruption, though nothing acknowledged was lost;
-// an operator must then decide. Release does not fsync the
+// them cannot be told from the end of the log. Records go into grown
+// zeros in place, so a power cut during a batch's fdatasync may leave a
+// later page of the batch on disk and an earlier one not: zeros, then whole
+// records. None of them was acknowledged (an answer waits for the whole
+// sync), and Open cuts them as a torn tail when the gap starts with zeros
+// to the end of its page, the records after it are consecutive from the
+// next expected number, nothing else follows, and they end within 4 MiB;
+// the same shape anywhere else — or damage that zeroes a page of
+// acknowledged records just there — is judged that way too. Any other
+// good record after damage refuses the start. Bytes cut are reported up
+// to the last byte that is not zero. Release does not fsync the
 // directory after deleting segments: a deletion lost in a crash is redone
 // by the next Open, because the mark that justified it is durable.
 package spool

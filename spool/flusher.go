@@ -2,8 +2,10 @@ package spool
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
+	"syscall"
 	"time"
 )
 
@@ -191,6 +193,13 @@ func (s *Spool) grow(need int64) error {
 	for off := s.segAlloc; off < target; {
 		n := min(target-off, int64(len(zeros)))
 		if _, err := s.seg.WriteAt(zeros[:n], off); err != nil {
+			if errors.Is(err, syscall.ENOSPC) {
+				// No room for a whole step: the batch may still fit. It
+				// extends the file as without growing (zeros this wrote
+				// lie past the records, where they end the log); the
+				// spool breaks only if the batch itself does not fit.
+				return nil
+			}
 			return fmt.Errorf("spool: grow %s: %w", s.seg.Name(), err)
 		}
 		off += n

@@ -58,7 +58,7 @@ func (p *recoveryPlan) dropped(dir string) Dropped {
 	if !p.tail.torn() {
 		return Dropped{}
 	}
-	return Dropped{File: p.lastPath(dir), Offset: p.tail.end, Bytes: p.tail.size - p.tail.end,
+	return Dropped{File: p.lastPath(dir), Offset: p.tail.end, Bytes: p.tail.dirty - p.tail.end,
 		Records: p.tail.tailRecords, FirstSeq: p.tail.next}
 }
 

@@ -96,7 +96,13 @@ func TestOpenTruncatesGarbageTail(t *testing.T) {
 			f.Write(junk)
 			f.Close()
 			s := openT(t, dir, opts)
-			if s.Durable() != 300 || fileSize(t, last) != size || s.Stats().Truncated != int64(len(junk)) {
+			// What was cut is reported up to its last byte that is not zero:
+			// zeros after damage are what the flusher grows segments with.
+			dirty := int64(len(junk))
+			for dirty > 0 && junk[dirty-1] == 0 {
+				dirty--
+			}
+			if s.Durable() != 300 || fileSize(t, last) != size || s.Stats().Truncated != dirty {
 				t.Fatalf("durable %d, size %d (want %d), stats %+v", s.Durable(), fileSize(t, last), size, s.Stats())
 			}
 			if n := len(replayAll(t, s)); n != 300 {

@@ -8,10 +8,13 @@ import (
 
 // scanResult is what scanning one segment found.
 type scanResult struct {
-	size int64  // file size
-	end  int64  // offset just past the last good record
-	free int64  // zero bytes after end, to the end of the file: the log's end, not damage
-	next uint64 // sequence number the next record must carry
+	size int64 // file size
+	end  int64 // offset just past the last good record
+	free int64 // zero bytes after end, to the end of the file: the log's end, not damage
+	// dirty is the offset just past the last byte of a torn tail that is
+	// not zero: what the cut removes that is more than the grown zeros.
+	dirty int64
+	next  uint64 // sequence number the next record must carry
 	// tailRecords counts the records a torn tail holds, whole or in part,
 	// as far as their headers tell (see countTail).
 	tailRecords uint64
@@ -80,15 +83,76 @@ func scanSegment(path string, first uint64, last bool) (scanResult, error) {
 			return res, fmt.Errorf("spool: %s: %w", path, ferr)
 		}
 		if found {
-			return res, fmt.Errorf("spool: %s: offset %d (seq %d): %w, but a good record follows at offset %d: %w",
-				path, res.end, res.next, err, at, ErrCorrupt)
+			last, torn, terr := unsyncedBatch(&r, res.end, at, res.size, res.next)
+			if terr != nil {
+				return res, fmt.Errorf("spool: %s: %w", path, terr)
+			}
+			if !torn {
+				return res, fmt.Errorf("spool: %s: offset %d (seq %d): %w, but a good record follows at offset %d: %w",
+					path, res.end, res.next, err, at, ErrCorrupt)
+			}
+			res.tailRecords = last + 1 - res.next
+		} else if res.tailRecords, err = countTail(&r, res.end, res.size, res.next); err != nil {
+			return res, fmt.Errorf("spool: %s: %w", path, err)
 		}
-		if res.tailRecords, err = countTail(&r, res.end, res.size, res.next); err != nil {
+		if res.dirty, err = dirtyEnd(&r, res.end, res.size); err != nil {
 			return res, fmt.Errorf("spool: %s: %w", path, err)
 		}
 		return res, nil
 	}
 	return res, nil
+}
+
+// maxUnsyncedBatch bounds how far past the last good record the records of
+// a batch whose fdatasync never finished may lie (unsyncedBatch): a batch
+// is normally at most MaxBatchBytes (1 MiB by default); one that a stall
+// let grow past this is judged corrupt, as any other damage.
+const maxUnsyncedBatch = 4 << 20
+
+// pageSize is the unit a disk may persist or lose on its own.
+const pageSize = 4096
+
+// unsyncedBatch reports whether the bytes of the last segment from end on
+// are what a crash during a batch's fdatasync may leave when the batch
+// went into grown zeros: the disk wrote some of the batch's pages and not
+// others, so a gap (zeros, or a torn record) lies before whole records.
+// None of them was acknowledged — an answer waits for the whole batch's
+// sync — so they are a torn tail, cut like any other. It holds when the
+// gap starts with zeros to the end of its page, the records from at on
+// carry consecutive sequence numbers from at least next, no other record
+// follows them, and they end within
+// maxUnsyncedBatch of end; it returns the last one's sequence number.
+// Anything else is damage to records that may have been acknowledged.
+func unsyncedBatch(r *chunkReader, end, at, size int64, next uint64) (last uint64, torn bool, err error) {
+	// A lost page of the batch reads as the zeros it held before; the page
+	// holding end had the last synced record's bytes and then zeros. So
+	// the gap starts with zeros to the end of that page: damage to a
+	// record that was there (a flipped bit, a bad length) does not.
+	if zero, zerr := zeroTail(r, end, min(at, (end/pageSize+1)*pageSize)); zerr != nil || !zero {
+		return 0, false, zerr
+	}
+	off := at
+	for {
+		h, _, rerr := r.record(off)
+		if rerr != nil {
+			if !badRecord(rerr) {
+				return 0, false, rerr
+			}
+			break
+		}
+		if last != 0 && h.seq != last+1 || h.seq < next {
+			return 0, false, nil
+		}
+		last = h.seq
+		off += int64(h.recordLen())
+	}
+	if off-end > maxUnsyncedBatch {
+		return 0, false, nil
+	}
+	if _, found, ferr := findRecord(r, off+1, size, last+1); ferr != nil || found {
+		return 0, false, ferr
+	}
+	return last, true, nil
 }
 
 // findRecord looks for a well-formed record starting anywhere in

@@ -254,8 +254,17 @@ func (w *walker) segment(seg *SegmentReport, last bool) error {
 		d := Damage{Offset: off, Bytes: seg.Size - off, Seq: next, Reason: err.Error()}
 		if found {
 			d.Bytes = at - off
-		} else if d.Records, ferr = countTail(&r, off, seg.Size, next); ferr != nil {
-			return fmt.Errorf("spool: verify %s: %w", seg.Path, ferr)
+		} else {
+			if d.Records, ferr = countTail(&r, off, seg.Size, next); ferr != nil {
+				return fmt.Errorf("spool: verify %s: %w", seg.Path, ferr)
+			}
+			// The zeros after the damage are room the flusher grew, not
+			// damage.
+			dirty, derr := dirtyEnd(&r, off, seg.Size)
+			if derr != nil {
+				return fmt.Errorf("spool: verify %s: %w", seg.Path, derr)
+			}
+			d.Bytes = dirty - off
 		}
 		seg.Damage = append(seg.Damage, d)
 		w.tailRecords = d.Records
