@@ -81,6 +81,8 @@ func (s *Shard) ackDurable(r *Request) bool { return s.cfg.AckDurable && r.Defer
 // and answers must wait for durability, parks it (using the room claimed).
 // seq 0 means the answer reports no new usage.
 func (s *Shard) respond(r *Request, seq uint64) {
+	keepHeaders := s.answerHeaders
+	s.answerHeaders = false
 	if !s.ackDurable(r) {
 		return
 	}
@@ -93,6 +95,12 @@ func (s *Shard) respond(r *Request, seq uint64) {
 	p := &a.q[a.tail&uint64(len(a.q)-1)]
 	off := 0
 	for i, name := range parkedHeaders {
+		if !keepHeaders {
+			// Only the forward-auth answer sets them; looking each
+			// up on every parked check cost more than the parking.
+			p.hn[i] = 0
+			continue
+		}
 		v := r.Resp.Header.Peek(name)
 		if off+len(v) > ackBodyMax {
 			off = ackBodyMax + 1

@@ -355,6 +355,7 @@ func parseCount(v []byte) (uint64, bool) {
 func (s *Shard) writeAuthzAllowed(resp *fasthttp.Response, ctx *core.RequestContext, res core.Reservation,
 	id core.RequestID, units core.CostUnits, capture bool) {
 	resp.SetStatusCode(fasthttp.StatusOK)
+	s.answerHeaders = true // respond keeps them if the answer is parked
 	resp.Header.Set(hdrAccount, string(ctx.Account()))
 	resp.Header.SetBytesV(hdrRequestID, id.AppendHex(s.hdr[:0]))
 	resp.Header.SetBytesV(hdrUnits, strconv.AppendUint(s.hdr[:0], uint64(units), 10))

@@ -74,6 +74,7 @@ type Shard struct {
 	usageReserved int
 	usageSeq      uint64 // sequence of the last usage event (or commit) sent
 	mark          *DurableMark
+	answerHeaders bool   // the answer being written carries parkedHeaders (authz)
 	markSeen      uint64 // the mark as last applied
 	waker         Waker
 	pendingOut    []Outbound // messages waiting for ring room (outbox.go)

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -224,6 +225,13 @@ func (d *daemon) openSpool(cfg config, nodeID string) error {
 		if e := d.exported.Load(); e != nil {
 			e.WakeAt(seq)
 		}
+		// Let the plane run now, on this thread: woken from here it waits
+		// in this goroutine's run queue, and the flusher's next fdatasync
+		// would leave it there, a blocked syscall with work queued behind
+		// it, which the Go scheduler's monitor polls for every 20 µs.
+		// Measured: the monitor's share of the CPU under durable checks
+		// fell from 4.9–6.4% to 2.9–3.3% (BENCHMARKS.md).
+		runtime.Gosched()
 	}, SegmentBytes: cfg.events.segmentBytes, ArchiveDir: filepath.Join(cfg.dataDir, eventsDir),
 		ArchiveMaxBytes: cfg.events.maxBytes, ArchiveMaxAge: cfg.events.maxAge})
 	if err != nil {
