@@ -40,8 +40,16 @@ type testNode struct {
 }
 
 // bindNode binds a node over a bolt ledger and a spool in a temporary
-// directory, as the daemon does; startNode also opens it.
+// directory, as the daemon does; startNode also opens it. Its answers do
+// not wait for the spool: these tests are about limits and routing.
 func bindNode(t testing.TB, shards int) *testNode {
+	t.Helper()
+	return bindNodeAck(t, shards, false)
+}
+
+// bindNodeAck is bindNode, with answers that bill usage waiting for the
+// spool if durable.
+func bindNodeAck(t testing.TB, shards int, durable bool) *testNode {
 	t.Helper()
 	dir := t.TempDir()
 	store, err := boltstore.Open(filepath.Join(dir, "ledger.db"), boltstore.Options{})
@@ -61,10 +69,10 @@ func bindNode(t testing.TB, shards int) *testNode {
 	tn.spool = sp
 	exporter := control.NewExporter(sp, store, "test-node", 4096)
 	n, err := Bind(Config{
-		Listen: "127.0.0.1:0", CPUs: make([]int, shards), Secret: secret, MaxReservations: 4096,
+		Listen: "127.0.0.1:0", CPUs: make([]int, shards), Secret: secret, MaxReservations: 4096, Durable: durable,
 		Plane: control.Config{Store: store, Spool: sp, Appended: sp.Stats().Appended, Holder: "test-node",
 			IsFull: func(err error) bool { return errors.Is(err, spool.ErrFull) }},
-		Log: zerolog.Nop(), // answers do not wait for the spool: these tests are about limits and routing
+		Log: zerolog.Nop(),
 		DrainUsage: func(time.Time) {
 			sp.Sync()
 			exporter.Export(context.Background())

@@ -39,21 +39,8 @@ func crashedWithZeros(t *testing.T, dir string, n int) (path string, end int64) 
 // end.
 func recordsEnd(t *testing.T, path string) int64 {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var r chunkReader
-	r.reset(f)
-	off := int64(0)
-	for {
-		_, rec, err := r.record(off)
-		if err != nil {
-			return off
-		}
-		off += int64(len(rec))
-	}
+	_, end := goodRecords(t, path)
+	return end
 }
 
 // encoded returns the records first..first+n-1 as the flusher writes them.

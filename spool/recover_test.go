@@ -275,8 +275,14 @@ func TestOpenReportsWhatItCut(t *testing.T) {
 	})
 }
 
-// recordOffsets returns the offset of every good record of segment path.
+// recordOffsets returns the offset of every good record at the start of
+// segment path, and where they end.
 func recordOffsets(t *testing.T, path string) []int64 {
+	offs, _ := goodRecords(t, path)
+	return offs
+}
+
+func goodRecords(t *testing.T, path string) (offs []int64, end int64) {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -285,11 +291,10 @@ func recordOffsets(t *testing.T, path string) []int64 {
 	defer f.Close()
 	var r chunkReader
 	r.reset(f)
-	var offs []int64
 	for off := int64(0); ; {
 		_, rec, err := r.record(off)
 		if err != nil {
-			return offs
+			return offs, off
 		}
 		offs = append(offs, off)
 		off += int64(len(rec))
