@@ -97,7 +97,7 @@ func (s *Shard) respond(r *Request, seq uint64) {
 	for i, name := range parkedHeaders {
 		if !keepHeaders {
 			// Only the forward-auth answer sets them; looking each
-			// up on every parked check cost more than the parking.
+			// up on every parked check was most of what parking cost.
 			p.hn[i] = 0
 			continue
 		}
