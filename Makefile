@@ -3,7 +3,7 @@ GO      ?= go
 PKGS    ?= ./...
 BIN     := bin
 
-.PHONY: all build run test test-short vet fmt-check fuzz sim soak bench bench-http bench-fleet clean
+.PHONY: all build run test test-short vet fmt-check fuzz sim soak bench bench-plane bench-http bench-fleet clean
 
 all: build
 
@@ -68,6 +68,14 @@ BENCHTIME ?= 1s
 BENCHSKIP ?=
 bench:
 	$(GO) test -run '^$$' -bench . -skip '$(BENCHSKIP)' -benchmem -benchtime $(BENCHTIME) ./bench/... ./seqlock/... ./ring/...
+
+# bench-plane: what one control plane serves for 16 to 64 shards,
+# where it is the bottleneck (BenchmarkPlaneBurst: plane CPU per durable
+# check) and under the shards' own load (BenchmarkPlaneShards); PLANE_N
+# requests each, about a minute in all.
+PLANE_N ?= 600000
+bench-plane:
+	$(GO) test -run '^$$' -bench 'PlaneBurst|PlaneShards' -benchtime $(PLANE_N)x ./control/
 
 # bench-http: tollgated vs a bare fasthttp server (bench/baseline), in
 # alternating >= 3 rounds of identical closed-loop load from cmd/loadtest

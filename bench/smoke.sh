@@ -20,6 +20,7 @@ step() {
 # bench/scale.sh below runs them.
 step make bench BENCHTIME=100x BENCHSKIP='FullPathAccounts|MemoryPerAccount'
 step env ROUNDS=3 ROUND_SECS=1 WARMUP_SECS=1 make bench-http
+step make bench-plane PLANE_N=20000
 # The README compares main with the working tree; a clone need not have a
 # local main branch, so this compares HEAD with it.
 step env ROUNDS=1 ROUND_SECS=1 WARMUP_SECS=1 bash bench/ab-http.sh HEAD WORKTREE
