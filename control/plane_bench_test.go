@@ -364,9 +364,10 @@ func BenchmarkPlaneBurst(b *testing.B) {
 }
 
 // burstChecks per shard per burst: at 70k checks a second a busy core
-// sends 20–70 a spool sync. (Over 256 a burst runs into the shard's table
-// of requests waiting for funding: a shard idle between bursts may have
-// handed its slice back.)
+// sends 20–70 a spool sync. (With more, the checks of a burst found the
+// shard waiting for funding and filled its table of 256 waiters, which a
+// held plane cannot serve; why a shard starts a burst without funds is not
+// explained yet.)
 const burstChecks = 200
 
 func benchBurst(b *testing.B, n int) {
