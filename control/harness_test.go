@@ -34,6 +34,7 @@ type node struct {
 	mu       []sync.Mutex // serialises a test's use of a shard with its driver
 	store    *boltstore.Store
 	spool    *memSpool
+	syncing  *shard.SpoolSyncing
 	exporter *Exporter
 	prov     *Provisioner
 }
@@ -44,14 +45,15 @@ func newNode(t *testing.T, n int, lc LeaseConfig) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nd := &node{t: t, store: store, spool: &memSpool{}, mu: make([]sync.Mutex, n)}
+	nd := &node{t: t, store: store, spool: &memSpool{}, syncing: new(shard.SpoolSyncing), mu: make([]sync.Mutex, n)}
 	var links []Link
 	for i := range n {
 		inR, _ := ring.New[shard.Inbound](1024)
 		outR, _ := ring.New[shard.Outbound](1 << 14)
 		in, _ := ring.NewDoorbell(inR)
 		out, _ := ring.NewDoorbell(outR)
-		s, err := shard.New(shard.Config{ID: uint16(i), Secret: secret, MaxReservations: 4096, KeyUseReport: 20e6}, in, out)
+		s, err := shard.New(shard.Config{ID: uint16(i), Secret: secret, MaxReservations: 4096, KeyUseReport: 20e6,
+			Syncing: nd.syncing}, in, out)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,7 +64,7 @@ func newNode(t *testing.T, n int, lc LeaseConfig) *node {
 	claims := NewPostPaidClaims()
 	keysUsed := func(keys []plane.KeyUsed) { nd.prov.KeysUsed(keys) }
 	p, err := New(Config{Store: store, Spool: nd.spool, Holder: "test-node", Lease: lc, Claims: claims,
-		KeysUsed: keysUsed, KeyUseFlush: 20 * time.Millisecond}, links)
+		KeysUsed: keysUsed, KeyUseFlush: 20 * time.Millisecond, Syncing: nd.syncing}, links)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,20 +2,41 @@ package control
 
 import "sync"
 
-// memSpool is an in-memory spool for tests: every append is durable at once.
+// memSpool is an in-memory spool for tests: every append is durable at
+// once, unless hold stopped the mark (a sync that does not end).
 type memSpool struct {
 	mu        sync.Mutex
 	records   [][]byte
 	released  uint64
+	held      bool
+	heldAt    uint64
 	onDurable func() // as spool.Options.OnDurable
+}
+
+// hold stops the durable mark where it is, until release.
+func (s *memSpool) hold() {
+	s.mu.Lock()
+	s.held, s.heldAt = true, uint64(len(s.records))
+	s.mu.Unlock()
+}
+
+// release lets the mark reach every record appended.
+func (s *memSpool) release() {
+	s.mu.Lock()
+	s.held = false
+	s.mu.Unlock()
+	if s.onDurable != nil {
+		s.onDurable()
+	}
 }
 
 func (s *memSpool) Append(p []byte) (uint64, error) {
 	s.mu.Lock()
 	s.records = append(s.records, append([]byte(nil), p...))
 	n := uint64(len(s.records))
+	held := s.held
 	s.mu.Unlock()
-	if s.onDurable != nil {
+	if s.onDurable != nil && !held {
 		s.onDurable()
 	}
 	return n, nil
@@ -24,6 +45,9 @@ func (s *memSpool) Append(p []byte) (uint64, error) {
 func (s *memSpool) Durable() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.held {
+		return s.heldAt
+	}
 	return uint64(len(s.records))
 }
 

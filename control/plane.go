@@ -74,6 +74,9 @@ type Config struct {
 	// KeysUsed, if set, hears (on its own goroutine) which keys
 	// authenticated lately, for their last use (Provisioner.KeysUsed).
 	KeysUsed func(keys []plane.KeyUsed)
+	// Syncing, shared with the shards, is stored after every pass: whether
+	// records this plane appended are not yet durable (shard.SpoolSyncing).
+	Syncing *shard.SpoolSyncing
 	// KeyUseFlush batches key-use reports for KeysUsed (5 s).
 	KeyUseFlush time.Duration
 	// Now reads the clock (tests inject one).
@@ -108,6 +111,7 @@ type Plane struct {
 	backlog  [][]byte
 	broken   bool
 	lastWork int64
+	appended uint64 // the spool sequence of the last record this plane appended
 
 	// popped receives each shard's outbound messages in turn; only the
 	// plane's goroutine touches it. (A pool, Get and Put for every shard on
@@ -248,6 +252,9 @@ func (p *Plane) step() int {
 	}
 	worked += p.execute(now)
 	p.publish()
+	if p.cfg.Syncing != nil {
+		p.cfg.Syncing.Set(p.appended > p.cfg.Spool.Durable())
+	}
 	if worked > 0 {
 		p.lastWork = now
 	}
@@ -265,7 +272,8 @@ func (p *Plane) step() int {
 // 15.5–17.3k/s against 21.2–23.1k/s for this one; a 1 ms beat halved the
 // fdatasyncs and cost 31% of the throughput; a precise 250 µs beat (a
 // timerfd) cost 11–13% of it and 1.33× the CPU per check, its batches
-// smaller (16 checks a sync against 25).
+// smaller (16 checks a sync against 25). Since shards hand their outbox
+// over when they go idle (shard.HandOver) the beat matters little.
 const (
 	busyWindow = int64(50e6)
 	busyBeat   = 250 * time.Microsecond
@@ -445,6 +453,7 @@ func (p *Plane) append(seq uint64, rec []byte) {
 	got, err := p.cfg.Spool.Append(rec)
 	switch {
 	case err == nil:
+		p.appended = got
 		if got != seq {
 			invariant.Violated(invariant.SpoolBroken, fmt.Sprintf("the spool numbered record %d as %d", seq, got))
 		}
@@ -461,7 +470,7 @@ func (p *Plane) append(seq uint64, rec []byte) {
 func (p *Plane) retryBacklog() bool {
 	n := 0
 	for n < len(p.backlog) {
-		_, err := p.cfg.Spool.Append(p.backlog[n])
+		seq, err := p.cfg.Spool.Append(p.backlog[n])
 		if err != nil {
 			if !p.cfg.IsFull(err) {
 				p.broken = true
@@ -471,6 +480,7 @@ func (p *Plane) retryBacklog() bool {
 			}
 			break
 		}
+		p.appended = seq
 		n++
 	}
 	p.backlog = p.backlog[n:]

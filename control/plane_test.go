@@ -311,3 +311,39 @@ func TestAStoppedPlaneTurnsPublishersAway(t *testing.T) {
 		t.Fatal("a publisher still waits for a plane that stopped")
 	}
 }
+
+// TestPlaneSaysWhileASyncHoldsUsage: shard.SpoolSyncing is true from the
+// pass that appends a check's usage until a pass after the spool made it
+// durable. A shard about to block does not ring the plane while it is true
+// (shard.HandOver): the plane passes over every ring when the sync ends.
+func TestPlaneSaysWhileASyncHoldsUsage(t *testing.T) {
+	nd := newNode(t, 1, LeaseConfig{TTL: time.Minute})
+	nd.open("acme", "key-acme", 1_000_000, "")
+	nd.waitStatus(0, "key-acme", 200, 5*time.Second)
+	waitFor(t, "no sync in flight once the spool is durable", func() bool { return !nd.syncing.Load() })
+
+	nd.spool.hold()
+	if st, body := nd.check(0, "key-acme", 1); st != 200 {
+		t.Fatalf("check: %d %s", st, body)
+	}
+	nd.plane.Kick()
+	waitFor(t, "a sync in flight once the usage is appended", nd.syncing.Load)
+	time.Sleep(20 * time.Millisecond)
+	if !nd.syncing.Load() {
+		t.Fatal("the sync has not ended, yet the plane says none is in flight")
+	}
+	nd.spool.release()
+	nd.plane.Kick() // as the daemon's OnDurable does
+	waitFor(t, "no sync in flight once it ended", func() bool { return !nd.syncing.Load() })
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

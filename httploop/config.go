@@ -79,6 +79,14 @@ type Config struct {
 	// OnTick, when set, runs once per loop iteration with that iteration's
 	// clock reading (Unix nanoseconds), the same one handlers see as Ctx.Now.
 	OnTick func(now int64)
+
+	// BeforeBlock, when set, runs on the loop thread when the loop finds
+	// nothing ready and is about to block in epoll_wait: the moment to hand
+	// another thread work it should not wait for a timer to find (a shard
+	// rings its control plane there, so that the usage of a burst of
+	// requests reaches the spool when the burst ends). It costs the loop a
+	// second, non-blocking epoll_wait per sleep.
+	BeforeBlock func()
 }
 
 // lingerTimeout bounds how long a connection being closed after an answer

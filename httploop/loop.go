@@ -186,6 +186,18 @@ func (l *Loop) Stats() Stats {
 	return l.cnt.pub.snapshot()
 }
 
+// wait is epoll_wait, with BeforeBlock run between a poll that found
+// nothing and the blocking wait.
+func (l *Loop) wait(timeout int) (int, error) {
+	if timeout != 0 && l.cfg.BeforeBlock != nil {
+		if n, err := unix.EpollWait(l.epfd, l.events, 0); n != 0 || err != nil {
+			return n, err
+		}
+		l.cfg.BeforeBlock()
+	}
+	return unix.EpollWait(l.epfd, l.events, timeout)
+}
+
 // Run serves until Drain completes or an unrecoverable poller error. Call it
 // once, on a goroutine locked to its OS thread (and, for a shard, pinned):
 // every handler, OnWake and OnTick call happens on it.
@@ -216,7 +228,7 @@ func (l *Loop) Run() error {
 		if w != nil && !w.BeginSleep() {
 			woke, timeout = true, 0
 		}
-		n, err := unix.EpollWait(l.epfd, l.events, timeout)
+		n, err := l.wait(timeout)
 		if w != nil {
 			w.EndSleep()
 		}

@@ -3,7 +3,9 @@
 package httploop
 
 import (
+	"bufio"
 	"encoding/binary"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -52,5 +54,29 @@ func TestWakePipe(t *testing.T) {
 	var b [1]byte
 	if _, err := unix.Read(p[0], b[:]); err != unix.EAGAIN {
 		t.Fatalf("pipe not drained: %v", err)
+	}
+}
+
+// TestBeforeBlockRunsWhenTheLoopGoesIdle: after each request the loop finds
+// nothing more and calls BeforeBlock before it blocks, on the loop thread
+// (served is a plain variable the handler writes; the race detector checks
+// that claim), with the request's work already done.
+func TestBeforeBlockRunsWhenTheLoopGoesIdle(t *testing.T) {
+	served := 0 // loop thread only
+	var seen atomic.Int64
+	s := start(t, func(x *Ctx) {
+		served++
+		testHandler(x)
+	}, Config{
+		BeforeBlock: func() { seen.Store(int64(served)) },
+		Tick:        time.Second, // the loop blocks for a second between requests
+	})
+	c := dial(t, s.addr)
+	br := bufio.NewReader(c)
+	for i := 1; i <= 3; i++ {
+		write(t, c, "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n")
+		readResponse(t, c, br, "GET")
+		eventually(t, 500*time.Millisecond, "BeforeBlock after request "+strconv.Itoa(i),
+			func() bool { return seen.Load() == int64(i) })
 	}
 }

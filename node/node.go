@@ -104,6 +104,7 @@ func Bind(cfg Config) (*Node, error) {
 	if want := len(cfg.CPUs) + 2; runtime.GOMAXPROCS(0) < want {
 		runtime.GOMAXPROCS(want)
 	}
+	cfg.Plane.Syncing = new(shard.SpoolSyncing) // one per node, its shards and plane
 	n := &Node{cfg: cfg, stop: make(chan struct{})}
 	links := make([]control.Link, len(cfg.CPUs))
 	addr := cfg.Listen
@@ -329,7 +330,8 @@ func newRunner(id, cpu int, addr string, cfg Config) (*runner, control.Link, err
 		return nil, control.Link{}, err
 	}
 	r.s, err = shard.New(shard.Config{ID: uint16(id), Secret: cfg.Secret, MaxReservations: cfg.MaxReservations,
-		AckDurable: cfg.Durable, FundingWait: cfg.FundingWait, KeyUseReport: cfg.KeyUseReport}, r.in, r.out)
+		AckDurable: cfg.Durable, FundingWait: cfg.FundingWait, KeyUseReport: cfg.KeyUseReport,
+		Syncing: cfg.Plane.Syncing}, r.in, r.out)
 	if err == nil {
 		r.ln, err = httploop.Bind(addr)
 	}
@@ -370,6 +372,7 @@ func (r *runner) loopConfig() httploop.Config {
 	lc.Wake = r.s.Waker()
 	lc.OnWake = func() { r.s.Poll(r.now) }
 	lc.Quiet = r.s.Quiet
+	lc.BeforeBlock = r.s.HandOver
 	lc.OnTick = func(now int64) {
 		r.now = now
 		r.s.Poll(now)

@@ -26,3 +26,45 @@ func TestWakerRefusesSleepOverAnUnappliedMark(t *testing.T) {
 	}
 	w.EndSleep()
 }
+
+// TestHandOverRingsANappingPlaneOnlyWhenItCanAct: the loop is about to
+// block with a check's usage in the outbox. A napping plane with no sync in
+// flight is rung once (without it the usage waits for the plane's beat, a
+// millisecond); one whose sync is in flight, or that is awake, is not; an
+// empty outbox rings nobody.
+func TestHandOverRingsANappingPlaneOnlyWhenItCanAct(t *testing.T) {
+	syncing := new(SpoolSyncing)
+	h := newHarnessWith(t, Config{Secret: testSecret, MaxReservations: 256, UsageHeadroom: 4,
+		AckDurable: true, AckQueue: 8, Syncing: syncing}, 1024)
+	h.provision("acme", "key-acme", 1_000_000)
+	h.drainOut()
+
+	h.s.HandOver()
+	if n := h.out.Rings(); n != 0 {
+		t.Fatalf("empty outbox: %d rings", n)
+	}
+	h.do("POST", "/v1/check", "key-acme", chatBody)
+	h.s.HandOver()
+	if n := h.out.Rings(); n != 0 {
+		t.Fatalf("the plane is awake (it announced no nap): %d rings", n)
+	}
+	h.drainOut()
+	if !h.out.BeginNap() { // the plane, having found every ring empty
+		t.Fatal("the outbox is drained: the plane may nap")
+	}
+	h.do("POST", "/v1/check", "key-acme", chatBody)
+	if n := h.out.Rings(); n != 0 {
+		t.Fatalf("routine usage does not cut a nap short: %d rings", n)
+	}
+	syncing.Set(true)
+	h.s.HandOver()
+	if n := h.out.Rings(); n != 0 {
+		t.Fatalf("a sync is in flight, after which the plane passes over every ring: %d rings", n)
+	}
+	syncing.Set(false)
+	h.s.HandOver()
+	h.s.HandOver()
+	if n := h.out.Rings(); n != 1 {
+		t.Fatalf("napping plane, no sync in flight, usage waiting: %d rings, want 1", n)
+	}
+}

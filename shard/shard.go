@@ -42,6 +42,9 @@ type Config struct {
 	// how many wait at once (default DefaultFundingWaiters).
 	FundingWait    int64
 	FundingWaiters int
+	// Syncing, shared with the control plane, spares HandOver a ring
+	// while a spool sync is in flight; nil rings whenever the plane naps.
+	Syncing *SpoolSyncing
 	// PanicLog receives the one log line a shard writes when it recovers
 	// from a panic in a decoder (recover.go); nil means standard error.
 	PanicLog io.Writer

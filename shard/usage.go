@@ -37,6 +37,24 @@ func (s *Shard) sendReserved(kind OutKind, ev *core.UsageEvent) {
 // Release returns an unused slot.
 func (s *Shard) Release() { s.usageReserved-- }
 
+// HandOver rings the control plane if it naps while messages wait in the
+// outbox and no spool sync is in flight. The event loop calls it when it is
+// about to block: no request will join those messages before the plane's
+// next beat, a millisecond away, and the usage among them waits for the
+// plane to hand it to the spool before its fdatasync can start and its
+// answers leave. A plane that is awake needs no ring; one that sleeps was
+// rung by the first message; one whose sync is in flight passes over every
+// ring when it ends (SpoolSyncing).
+//
+// Measured (BENCHMARKS.md): durable /v1/check at 64 connections on one CPU
+// went from 48–49k to 57–66k a second, and from 16.0 to 14.3 µs of CPU a
+// check: the shard no longer idles while its usage waits for the beat.
+func (s *Shard) HandOver() {
+	if s.outbox.Ring().Len() > 0 && (s.cfg.Syncing == nil || !s.cfg.Syncing.Load()) {
+		s.outbox.Notify()
+	}
+}
+
 // send queues m for the control plane without cutting its nap short.
 // Routine traffic (usage, refills, acknowledgements) does not need the
 // plane this instant: while traffic flows the plane naps on a short beat
