@@ -48,7 +48,8 @@ type LeaseSlot struct {
 	returnDue bool
 
 	// largestRefused is the biggest quote refused for want of units since
-	// the last grant; the control plane grows the next grant to it.
+	// the last grant, and not refused for good by the funding evidence
+	// (noteRefused); the control plane grows the next grant to it.
 	largestRefused    CostUnits
 	granted, returned CostUnits
 	retiring          [MaxRetiringLeases]leaseFunds
@@ -88,6 +89,15 @@ func (s *LeaseSlot) Grant(token uint64, units CostUnits, usableUntil int64, lowW
 	return nil
 }
 
+// noteRefused records quote, refused for want of units here, as a need the
+// next grant should cover. The engine calls it only when the refusal is
+// not final: a quote the funding evidence shows out of reach is no reason
+// to fund this slice beyond what it holds, and a need that outlives its
+// request would keep the slice from being funded for smaller ones.
+func (s *LeaseSlot) noteRefused(quote CostUnits) {
+	s.largestRefused = max(s.largestRefused, quote)
+}
+
 func (s *LeaseSlot) freeRetiring() int {
 	for i := range s.retiring {
 		if s.retiring[i].token == 0 {
@@ -113,7 +123,6 @@ func (s *LeaseSlot) debit(quote CostUnits, now int64) (r DenyReason, signal bool
 		s.wantRefill = true
 		return DenyLeaseExpired, true
 	case s.cur.units < quote:
-		s.largestRefused = max(s.largestRefused, quote)
 		s.wantRefill = true
 		return DenyLeaseExhausted, true
 	}

@@ -346,3 +346,31 @@ func TestEndAllReleasesPendingAndBillsCommittedAtShutdown(t *testing.T) {
 	}
 	f.conserved()
 }
+
+// TestOnlyAQuoteTheEvidenceAllowsBecomesANeed: a quote the evidence rules
+// out (402) is no need for the next grant — the shard would otherwise ask
+// the control plane to fund a request that was already answered, and keep
+// asking for it while smaller requests wait — and one within the evidence
+// is (it waits for funding).
+func TestOnlyAQuoteTheEvidenceAllowsBecomesANeed(t *testing.T) {
+	f := newFixture(t, nil)
+	cell := new(EvidenceCell)
+	must(t, f.e.SetEvidence("acme", cell))
+	l, _ := f.e.Lease("acme")
+	l.TakeUnspent()
+	cell.Store(FundingEvidence{Remaining: 50, PeriodEnd: t0 + 100, Scope: ScopeOrg})
+	big := []WorkItem{{Op: 0, Count: 60}}
+	if _, d := f.admit(big, t0); d.Reason != DenyBalanceInsufficient {
+		t.Fatalf("a quote beyond the evidence: %+v", d)
+	}
+	if got := l.LargestRefused(); got != 0 {
+		t.Fatalf("a quote refused 402 became a need of %d", got)
+	}
+	if _, d := f.admit([]WorkItem{{Op: 0, Count: 10}}, t0); d.Reason != DenyLeaseExhausted {
+		t.Fatalf("a quote within the evidence: %+v", d)
+	}
+	if got, want := l.LargestRefused(), CostUnits(20); got != want || !l.WantsRefill() { // the quote of 10 items
+		t.Fatalf("a waiting quote's need: %d (wants refill %v), want %d", got, l.WantsRefill(), want)
+	}
+	f.conserved()
+}

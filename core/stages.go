@@ -180,7 +180,11 @@ func (e *Engine) Admit(c *RequestContext, work []WorkItem, slot UsageSlot, now i
 	}
 	token, fundedTil, r := e.fund(a, s, p.quote, now)
 	if r != DenyNone {
-		return e.refuseAdmit(slot, fundingRefusal(a.evidence, r, p.quote, a.lease.cur.units, now))
+		d := fundingRefusal(a.evidence, r, p.quote, a.lease.cur.units, now)
+		if d.Reason != DenyBalanceExhausted && d.Reason != DenyBalanceInsufficient {
+			a.lease.noteRefused(p.quote) // the evidence does not rule it out: a need
+		}
+		return e.refuseAdmit(slot, d)
 	}
 	idx, rs, _ := e.res.alloc()
 	pe.inflight++

@@ -49,6 +49,7 @@ func (s *Shard) Poll(now int64) int {
 	if len(s.waits.order) > 0 {
 		s.runWaiters(now)
 	}
+	s.applyReclaims()
 	s.flushRefills(now)
 	if now >= s.keysReportAt {
 		s.reportKeysUsed(now)
@@ -93,9 +94,15 @@ func (s *Shard) apply(m *Inbound, now int64) {
 		s.engine.SetEvidence(m.Account, m.Evidence)
 		s.fundingNews(m.Account)
 	case InReclaimLease:
-		s.reclaimLease(m.Account, m.Token)
+		// After the waiters run (applyReclaims): a grant that came in
+		// the same batch funds the request that waited for it first.
+		s.reclaims = append(s.reclaims, *m)
 	case InRetireLease:
 		s.retireLease(m.Account, m.Token)
+	case InFundingNews:
+		// The plane lowered the account's evidence, which shards read
+		// without a message: this one wakes the loop for the waiters.
+		s.fundingNews(m.Account)
 	case InExtendLease:
 		if l, err := s.engine.Lease(m.Account); err == nil {
 			l.Extend(m.Token, m.Until)
@@ -169,6 +176,15 @@ func (s *Shard) flushRefills(now int64) {
 // starveReportEvery bounds how often a shard reports one account's share
 // as starved (ns): well inside the plane's 250 ms starve window.
 const starveReportEvery = 25e6
+
+// applyReclaims hands back what the reclaims of this Poll ask for.
+func (s *Shard) applyReclaims() {
+	for i := range s.reclaims {
+		s.reclaimLease(s.reclaims[i].Account, s.reclaims[i].Token)
+		s.reclaims[i] = Inbound{}
+	}
+	s.reclaims = s.reclaims[:0]
+}
 
 // reclaimLease hands back unspent lease units of account: the current
 // lease's if token is 0 or names it (the lease stays current: the control

@@ -24,6 +24,7 @@ const (
 	InPostPaidDone                     // the post-paid Batch of Ticket is billed (or Failed)
 	InRetireLease                      // lease Token of Account is being handed back: stop using it, return its units (the rest once its reservations settle)
 	InExtendLease                      // lease Token of Account is usable until Until
+	InFundingNews                      // Account's funding evidence moved: run its requests waiting for funding again
 )
 
 // Inbound is one message from the control plane to a shard. Messages are

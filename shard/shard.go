@@ -91,11 +91,14 @@ type Shard struct {
 	work    [MaxWorkLines]core.WorkItem
 	refills []core.RefillRequest
 	retired []core.LeaseReturn
-	rng     *mrand.ChaCha8
-	out     []byte // response body scratch
-	hdr     []byte // header value scratch
-	ready   bool
-	inbuf   [64]Inbound
+	// reclaims are the plane's asks for unspent units (InReclaimLease)
+	// that one Poll applied, handed back once its waiters have run.
+	reclaims []Inbound
+	rng      *mrand.ChaCha8
+	out      []byte // response body scratch
+	hdr      []byte // header value scratch
+	ready    bool
+	inbuf    [64]Inbound
 
 	waits      fundingWaits
 	waiting    *fundingWaiter // the waiter being run again

@@ -190,6 +190,9 @@ type Machine struct {
 	// blocked[i] are accounts with a grant for shard i that found its
 	// queue full; Drained(i) serves them again.
 	blocked [][]*account
+	// stuck is serve's scratch: the shards whose need the node cannot
+	// fund from what it holds.
+	stuck []int
 	// recalling are retired leases whose slices are not all back, by the
 	// order they were retired in (retired counts retirements): see Recalled.
 	recalling map[*lease]uint64
@@ -214,6 +217,13 @@ type account struct {
 	shards    []slice
 	calling   bool           // an acquire or extend is in flight or waiting
 	need      core.CostUnits // largest quote refused and not yet funded
+	// starved: a shard's need went unfunded and it stopped waiting here
+	// (serve); news of more money (unblock) asks the ledger again for it.
+	starved bool
+	// verified: the ledger answered a call of this node's since the
+	// evidence it holds came from elsewhere (Evidence): that evidence is
+	// as exact as this node can know it.
+	verified  bool
 	retryAt   int64
 	backoff   int64          // nothingMore's current wait
 	lastDraw  int64          // last refill asked or usage settled
@@ -222,14 +232,23 @@ type account struct {
 	markAt    int64
 	rate      core.CostUnits // units per second, measured between calls
 	reclaimAt int64
+	gatherAt  int64 // a gather held back by Reclaim is due then (0: none)
+	// ev is the ledger's latest evidence, as of spent == evSpent;
+	// published is the Remaining the shards read now (lowered by
+	// publishLocal as this node spends).
 	ev        core.FundingEvidence
 	hasEv     bool
+	evSpent   core.CostUnits
+	published core.CostUnits
 	timerAt   int64 // the live timer entry's time; 0: none
 }
 
 type lease struct {
-	id, token              uint64
-	granted, pool, out     core.CostUnits
+	id, token          uint64
+	granted, pool, out core.CostUnits
+	// outBy is out by shard: what each shard holds of it, unspent or in
+	// reservations not yet settled.
+	outBy                  []core.CostUnits
 	spent                  core.CostUnits
 	expires, renewedAt     int64
 	short, retiring, asked bool
@@ -303,7 +322,9 @@ func (m *Machine) Refill(from int, id core.AccountID, needed core.CostUnits, seq
 	if seq < sl.seq {
 		return
 	}
-	sl.wants, sl.needed = true, max(sl.needed, needed)
+	// The shard's latest word on its need: the largest quote waiting
+	// there, less what its slice holds.
+	sl.wants, sl.needed = true, needed
 	a.need = max(a.need, needed)
 	a.lastDraw = now
 	m.serve(a, now)
@@ -311,12 +332,13 @@ func (m *Machine) Refill(from int, id core.AccountID, needed core.CostUnits, seq
 
 // Return takes back units of lease token that shard from did not spend.
 func (m *Machine) Return(from int, id core.AccountID, token uint64, units core.CostUnits, now int64) {
-	a, l := m.sliced(id, token, units)
+	a, l := m.sliced(from, id, token, units)
 	if l == nil {
 		invariant.Violated(invariant.UnknownReturn, "units returned for a lease the plane did not slice them from")
 		return
 	}
 	l.out -= units
+	l.outBy[from] -= units
 	l.pool += units
 	if l.retiring {
 		m.quiesced(a, l)
@@ -325,14 +347,14 @@ func (m *Machine) Return(from int, id core.AccountID, token uint64, units core.C
 	m.serve(a, now)
 }
 
-// sliced finds lease token of account id if it has at least units out in
-// the shards (nil otherwise).
-func (m *Machine) sliced(id core.AccountID, token uint64, units core.CostUnits) (*account, *lease) {
+// sliced finds lease token of account id if shard from holds at least
+// units of it (nil otherwise).
+func (m *Machine) sliced(from int, id core.AccountID, token uint64, units core.CostUnits) (*account, *lease) {
 	a := m.accounts[id]
-	if a == nil {
+	if a == nil || from < 0 || from >= m.cfg.Shards {
 		return nil, nil
 	}
-	if l := a.lease(token); l != nil && units <= l.out {
+	if l := a.lease(token); l != nil && units <= l.outBy[from] {
 		return a, l
 	}
 	return a, nil
@@ -363,14 +385,15 @@ func (d Draw) LeaseID() uint64 {
 	return d.l.id
 }
 
-// Settle records usage billed against the lease d names.
-func (m *Machine) Settle(d Draw, units core.CostUnits, now int64) {
+// Settle records usage that shard from billed against the lease d names.
+func (m *Machine) Settle(from int, d Draw, units core.CostUnits, now int64) {
 	a, l := d.a, d.l
-	if l == nil || units > l.out {
+	if l == nil || from < 0 || from >= len(l.outBy) || units > l.outBy[from] {
 		invariant.Violated(invariant.UnknownSettle, "usage settled against a lease the plane does not hold")
 		return
 	}
 	l.out -= units
+	l.outBy[from] -= units
 	l.spent += units
 	a.spent += units
 	a.lastDraw = now
@@ -396,8 +419,8 @@ func (m *Machine) Evidence(id core.AccountID, ev core.FundingEvidence, now int64
 	// exhausted account.
 	news := !a.hasEv || ev.Remaining > a.ev.Remaining || ev.Scope != a.ev.Scope ||
 		ev.PeriodEnd != a.ev.PeriodEnd || ev.Period != a.ev.Period
-	a.ev, a.hasEv = ev, true
-	m.out.Publish(id, ev)
+	m.publish(a, ev)
+	a.verified = false
 	if news {
 		a.retryAt, a.backoff = 0, 0
 	}
@@ -517,6 +540,10 @@ func (m *Machine) due(a *account, now int64) {
 			m.handBack(a, l, now) // idle since its last renewal
 		}
 	}
+	if a.gatherAt != 0 && now >= a.gatherAt {
+		a.gatherAt = 0
+		m.serve(a, now)
+	}
 	if a.wanting() {
 		m.ensureCall(a, now)
 	}
@@ -540,6 +567,9 @@ func (m *Machine) arm(a *account, now int64) {
 	}
 	if len(a.retiring) > 0 && (at == 0 || now+m.cfg.Retry < at) {
 		at = now + m.cfg.Retry
+	}
+	if a.gatherAt != 0 && (at == 0 || a.gatherAt < at) {
+		at = a.gatherAt
 	}
 	if at == 0 || at == a.timerAt {
 		return
@@ -578,52 +608,156 @@ func (a *account) wanting() bool {
 // serve grants slices of the current lease to the shards that want them,
 // and asks the ledger for more when the lease runs low, cannot fund a
 // wanting shard, or nears its renewal.
+//
+// Money that exists is spendable (docs/INVARIANTS.md, funding liveness):
+// while the ledger has no more for this node (its lease is short, or it
+// refused or failed lately: dry), a shard whose need the pool cannot
+// cover is served from what the node holds. If the pool and the other
+// shards' slices together cover it, they are asked back (gathered) and
+// the shard is granted once they return; if not, the shard gets what the
+// pool has — smaller requests there can be funded — and the evidence the
+// shards read is lowered to what this node knows is left, so a request
+// that cannot be paid is refused 402 at once instead of waiting.
 func (m *Machine) serve(a *account, now int64) {
 	l := a.cur
 	if l == nil || now >= l.expires-m.cfg.Margin {
 		if a.wanting() {
 			m.ensureCall(a, now)
+			if now < a.retryAt { // no lease, and the ledger refused lately
+				m.stuck = m.stuck[:0]
+				for i := range a.shards {
+					if a.shards[i].wants {
+						m.stuck = append(m.stuck, i)
+					}
+				}
+				m.cannotFund(a, a.need, now)
+			}
 		}
 		m.arm(a, now)
 		return
 	}
-	starving := false
+	dry := l.short || now < a.retryAt
+	gather := false
+	m.stuck = m.stuck[:0]
+	var need core.CostUnits // the largest need of a stuck shard
 	for i := range a.shards {
 		sl := &a.shards[i]
 		if !sl.wants {
 			continue
 		}
+		if a.hasEv && sl.needed > a.published {
+			// A need the evidence rules out is no need: the request
+			// behind it was refused 402 when the evidence was lowered, and
+			// the shard's word on its need lags until its next grant.
+			sl.needed = a.published
+		}
 		size := m.nextSize(sl, now)
 		units := m.sliceOf(a, l, sl, size)
 		if units == 0 || units < sl.needed {
-			starving = true
-			continue
+			elsewhere := l.out - l.outBy[i]
+			if dry && elsewhere > 0 && l.pool+elsewhere >= max(sl.needed, 1) {
+				gather = true // the node holds enough: gather it, then grant
+				continue
+			}
+			m.stuck, need = append(m.stuck, i), max(need, sl.needed)
+			if units == 0 || !dry {
+				continue // the ledger may have more, or there is nothing to give
+			}
 		}
-		g := shard.Inbound{Kind: shard.InGrant, Account: a.id, Token: l.token, Units: units,
-			Until: l.expires - m.cfg.Margin, LowWater: units / 2, Seq: sl.seq + 1}
-		if !m.out.Grant(i, g) {
-			m.blocked[i] = append(m.blocked[i], a) // it stays wanting
-			continue
-		}
-		sl.seq++
-		sl.wants, sl.needed, sl.lastGrant, sl.size = false, 0, now, size
-		l.pool -= units
-		l.out += units
-		m.stats.Grants++
+		m.grant(a, l, i, units, size, now)
 	}
 	if !a.wanting() {
 		a.need = 0
 	}
 	low := l.pool < max(a.need, l.granted/4) && !l.short
-	if starving || low {
+	stuck := len(m.stuck) > 0
+	if stuck || gather || low {
 		m.ensureCall(a, now)
 	}
-	if starving && l.short && l.out > 0 {
-		// Near exhaustion the ledger has no more: move what idles in
-		// other shards' slices to the starving one.
+	if gather {
 		m.reclaimSlices(a, l, now)
 	}
+	if stuck && dry {
+		m.cannotFund(a, need, now)
+	}
 	m.arm(a, now)
+}
+
+// cannotFund follows a serve that left shards needing more than this node
+// holds, while the ledger has no more for it. If the evidence the shards
+// read does not rule the need out and came from elsewhere (a refresh
+// after an export counts this node's spending only once it is exported),
+// one call to the ledger — whatever the back-off — brings evidence as
+// exact as this node can know, and its answer lets the waiting requests be
+// funded or refused 402. Otherwise their wait ends now (stopWaiting).
+func (m *Machine) cannotFund(a *account, need core.CostUnits, now int64) {
+	if a.calling {
+		return // its answer serves them
+	}
+	if !a.verified && a.hasEv && need > 0 && need <= a.published && a.active {
+		m.callLedger(a, now)
+		return
+	}
+	m.stopWaiting(a)
+}
+
+// grant sends shard i a slice of units of l (of size, for its next size).
+func (m *Machine) grant(a *account, l *lease, i int, units, size core.CostUnits, now int64) {
+	sl := &a.shards[i]
+	g := shard.Inbound{Kind: shard.InGrant, Account: a.id, Token: l.token, Units: units,
+		Until: l.expires - m.cfg.Margin, LowWater: units / 2, Seq: sl.seq + 1}
+	if !m.out.Grant(i, g) {
+		m.blocked[i] = append(m.blocked[i], a) // it stays wanting
+		return
+	}
+	sl.seq++
+	sl.wants, sl.needed, sl.lastGrant, sl.size = false, 0, now, size
+	l.pool -= units
+	l.out += units
+	l.outBy[i] += units
+	a.starved = false
+	m.stats.Grants++
+}
+
+// stopWaiting ends the wait of the shards whose need this node cannot
+// fund now (m.stuck): their requests are told what is left
+// (publishLocal), and those it does not cover are refused 402; the others
+// ask again. The next news of money (unblock) asks the ledger for them.
+func (m *Machine) stopWaiting(a *account) {
+	m.publishLocal(a)
+	for _, i := range m.stuck {
+		if sl := &a.shards[i]; sl.wants {
+			sl.wants, sl.needed = false, 0
+			a.starved = true
+			// Evidence is read without a message: this one wakes the
+			// shard's loop to run its waiting requests again.
+			m.out.Send(i, shard.Inbound{Kind: shard.InFundingNews, Account: a.id})
+		}
+	}
+}
+
+// publish records the ledger's evidence ev (as of what this node has
+// spent now) and hands it to the shards.
+func (m *Machine) publish(a *account, ev core.FundingEvidence) {
+	a.ev, a.hasEv, a.evSpent, a.published = ev, true, a.spent, ev.Remaining
+	m.out.Publish(a.id, ev)
+}
+
+// publishLocal lowers the evidence the shards read by what this node has
+// spent since the ledger gave it: the ledger's Remaining counted those
+// units as still out in a lease. It stays an upper bound on what the
+// account can spend (other nodes may have spent too), so it never refuses
+// a fundable quote; on one node it is exact.
+func (m *Machine) publishLocal(a *account) {
+	if !a.hasEv {
+		return
+	}
+	ev := a.ev
+	ev.Remaining -= min(ev.Remaining, a.spent-a.evSpent)
+	if ev.Remaining < a.published {
+		a.published = ev.Remaining
+		m.out.Publish(a.id, ev)
+	}
 }
 
 // nextSize is a shard's next slice size: doubled when its last slice went
@@ -648,35 +782,29 @@ func (m *Machine) nextSize(sl *slice, now int64) core.CostUnits {
 func (m *Machine) sliceOf(a *account, l *lease, sl *slice, size core.CostUnits) core.CostUnits {
 	s := size
 	if l.short {
-		// Near exhaustion the lease is all there is: split it over the
-		// shards, so the first to ask does not hold all of it.
-		s = min(s, max(l.granted/core.CostUnits(len(a.shards)), 1))
+		// Near exhaustion the lease is all there is: split what is left
+		// of it over the shards, so the first to ask does not hold all
+		// of it.
+		s = min(s, max((l.pool+l.out)/core.CostUnits(len(a.shards)), 1))
 	}
 	s = max(s, sl.needed)
 	return min(s, l.pool)
 }
 
-// reclaimSlices asks the shards holding slices of l to hand back what they
-// have not spent, so a starving shard can be funded from the returns; at
-// most once per Reclaim per account.
+// reclaimSlices asks every shard holding units of l to hand back what it
+// has not spent, so that a starving shard can be funded from the returns;
+// at most once per Reclaim per account. A shard hands back only after it
+// has run the requests waiting for its funding, so a slice just granted
+// for a waiting quote funds it before it can be asked back.
 func (m *Machine) reclaimSlices(a *account, l *lease, now int64) {
 	if now-a.reclaimAt < m.cfg.Reclaim && a.reclaimAt != 0 {
+		a.gatherAt = a.reclaimAt + m.cfg.Reclaim // serve again then (due)
 		return
 	}
-	a.reclaimAt = now
+	a.reclaimAt, a.gatherAt = now, 0
 	m.stats.Reclaims++
-	// The shards that do not want are asked first. When every shard that
-	// holds a slice also wants — the last units split between shards,
-	// none enough for its quote — all are asked, so the units gather in
-	// the pool and one of them is funded.
-	all := true
-	for i := range a.shards {
-		if !a.shards[i].wants && a.shards[i].seq > 0 {
-			all = false
-		}
-	}
-	for i := range a.shards {
-		if a.shards[i].seq > 0 && (all || !a.shards[i].wants) {
+	for i, out := range l.outBy {
+		if out > 0 {
 			m.out.Send(i, shard.Inbound{Kind: shard.InReclaimLease, Account: a.id, Token: l.token})
 		}
 	}
@@ -686,7 +814,15 @@ func (m *Machine) reclaimSlices(a *account, l *lease, now int64) {
 // none (or its lease is past use), else an extension of the current one.
 // One such call per account at a time, none while a refusal is recent.
 func (m *Machine) ensureCall(a *account, now int64) {
-	if a.calling || now < a.retryAt || !a.active {
+	if now < a.retryAt {
+		return
+	}
+	m.callLedger(a, now)
+}
+
+// callLedger is ensureCall without the back-off.
+func (m *Machine) callLedger(a *account, now int64) {
+	if a.calling || !a.active {
 		return
 	}
 	if l := a.cur; l != nil && now >= l.expires {
@@ -850,17 +986,16 @@ func (m *Machine) Done(r Result, now int64) {
 			lag := l.spent - min(r.Lease.Used, l.spent)
 			ev.Remaining -= min(ev.Remaining, lag)
 		}
-		a.ev, a.hasEv = ev, true
-		m.out.Publish(a.id, ev)
+		m.publish(a, ev)
 	}
 	switch p.call.Kind {
 	case CallRelease:
 		m.released(a, p.lease, r, now)
 	case CallAcquire:
-		a.calling = false
+		a.calling, a.verified = false, true
 		m.acquired(a, p.call, r, now)
 	case CallExtend:
-		a.calling = false
+		a.calling, a.verified = false, true
 		m.extended(a, p.lease, p.call, r, now)
 	}
 	m.arm(a, now)
@@ -903,11 +1038,12 @@ func (m *Machine) released(a *account, l *lease, r Result, now int64) {
 	}
 }
 
-// unblock lets a refused account that still wants funding ask again now.
+// unblock lets a refused account that still wants funding, or whose
+// shards stopped waiting for it lately, ask again now.
 func (m *Machine) unblock(a *account, now int64) {
 	if a.retryAt > now {
 		a.retryAt, a.backoff = 0, 0
-		if a.wanting() {
+		if a.wanting() || a.starved {
 			m.ensureCall(a, now)
 		}
 	}
@@ -924,7 +1060,7 @@ func (m *Machine) acquired(a *account, c Call, r Result, now int64) {
 	// fairly, and ask for more only when a shard starves, not at low water
 	// (that would split a small balance into ever smaller leases).
 	l := &lease{id: r.Lease.ID, token: r.Lease.Token, granted: g, pool: g, expires: r.Lease.ExpiresAt,
-		renewedAt: now, short: g < c.Want}
+		renewedAt: now, short: g < c.Want, outBy: make([]core.CostUnits, m.cfg.Shards)}
 	if !a.active {
 		a.cur = l
 		m.handBack(a, l, now)
@@ -988,36 +1124,18 @@ func (m *Machine) extended(a *account, l *lease, c Call, r Result, now int64) {
 
 // nothingMore follows a ledger answer that funded nothing: the evidence it
 // published answers the waiting requests (402 when it shows the quote out
-// of reach), so the shards stop waiting here — each refused request asks
-// again — and the machine does not ask the ledger again before a backoff
-// (Retry, doubling to maxBackoff) unless news arrives: a deposit, a budget,
-// a release of units here (Evidence, unblock). Without it a client
-// hammering an exhausted account would cost a ledger transaction per retry,
-// and the starving shards' retry timer would keep extending a lease nobody
-// can spend from, so it would never be handed back.
+// of reach), and the machine does not ask the ledger again before a
+// backoff (Retry, doubling to maxBackoff) unless news arrives: a deposit, a
+// budget, a release of units here (Evidence, unblock). Meanwhile what the
+// node holds is all there is: serve gathers it for the starving shards or
+// ends their wait. Without the backoff a client hammering an exhausted
+// account would cost a ledger transaction per retry, and the starving
+// shards' retry timer would keep extending a lease nobody can spend from,
+// so it would never be handed back.
 func (m *Machine) nothingMore(a *account, now int64) {
-	// Units still out in other shards' slices can fund a starving shard:
-	// those shards keep waiting, and the slices are asked back.
-	var held core.CostUnits
-	if l := a.cur; l != nil && now < l.expires-m.cfg.Margin {
-		held = l.pool + l.out
-	}
-	reclaim := false
-	for i := range a.shards {
-		sl := &a.shards[i]
-		if sl.wants && max(sl.needed, 1) <= held {
-			reclaim = true
-			continue
-		}
-		sl.wants, sl.needed = false, 0
-	}
-	if reclaim {
-		m.reclaimSlices(a, a.cur, now)
-	} else {
-		a.need = 0
-	}
 	a.backoff = min(max(2*a.backoff, m.cfg.Retry), maxBackoff)
 	a.retryAt = now + a.backoff
+	m.serve(a, now)
 }
 
 // maxBackoff bounds nothingMore's backoff: funds another node returns to

@@ -365,7 +365,7 @@ func (m *Machine) usage(from int, msg *shard.Outbound, now int64) {
 	if ev.Source == core.SourceLease {
 		// After the append: settling may retire the lease, whose release
 		// waits for every record appended so far, this one included.
-		m.fund.Settle(d, ev.Units, now)
+		m.fund.Settle(from, d, ev.Units, now)
 		if len(m.recalls) > 0 {
 			m.answerRecalled()
 		}
