@@ -9,8 +9,11 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tollgated/tollgated/credential"
 )
 
 // addr is the harness listener's host:port.
@@ -302,6 +305,36 @@ func TestHealthNeedsNoTokenAndSaysLittle(t *testing.T) {
 	st, hdr, b = h.callAs("", "GET", "/healthz", "")
 	if p := h.checkProblem(st, hdr, b, http.StatusServiceUnavailable, codeUnavailable, "unhealthy"); strings.Contains(p.Detail, errTest.Error()) {
 		t.Fatalf("health leaks its cause: %q", p.Detail)
+	}
+}
+
+// TestHealthSaysWhenTheSpoolCannotTakeRecords: a full or failed usage
+// spool makes /healthz 503 with its own code, and a spool with room again
+// makes it 200.
+func TestHealthSaysWhenTheSpoolCannotTakeRecords(t *testing.T) {
+	h := newHarness(t)
+	var state atomic.Uint32
+	hasher, err := credential.NewHasher(testSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.srv, err = New(Config{Store: h.store, Hasher: hasher, Publisher: h.pub, Now: h.now.Load,
+		Storage: func() StorageState { return StorageState(state.Load()) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.serve(Limits{})
+	for _, c := range []struct {
+		state StorageState
+		code  string
+	}{{StorageFull, codeStorageFull}, {StorageFailed, codeStorageFailed}} {
+		state.Store(uint32(c.state))
+		st, hdr, b := h.callAs("", "GET", "/healthz", "")
+		h.checkProblem(st, hdr, b, http.StatusServiceUnavailable, c.code, "spool "+c.code)
+	}
+	state.Store(uint32(StorageOK))
+	if st, _, b := h.callAs("", "GET", "/healthz", ""); st != http.StatusOK {
+		t.Fatalf("/healthz with room again: %d %s", st, b)
 	}
 }
 

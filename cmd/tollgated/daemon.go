@@ -62,6 +62,8 @@ type daemon struct {
 	changeLag  prometheus.Histogram
 	refreshes  *prometheus.CounterVec // funds refreshes by kind and result
 	nodeID     string                 // the billed-event stream's source
+	// storage is the spool's health as the shards read it (storage.go).
+	storage *shard.Storage
 }
 
 // startDaemon brings tollgated up in dependency order; on any failure it
@@ -145,7 +147,7 @@ func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err 
 			},
 		},
 		Durable: cfg.ack == "durable", FundingWait: fundingWait(cfg.fundingWait),
-		DrainUsage: d.drainUsage, Log: log,
+		DrainUsage: d.drainUsage, Log: log, Storage: d.storage,
 	})
 	if err != nil {
 		return nil, err
@@ -217,7 +219,9 @@ func (d *daemon) openSpool(cfg config, nodeID string) error {
 	// Durable usage wakes the plane (answers wait on it), not the exporter:
 	// the exporter runs on its interval, in big batches.
 	noted := &notedSpool{}
-	s, err := spool.Open(filepath.Join(cfg.dataDir, spoolDir), spool.Options{FlushInterval: groupCommit(cfg.groupCommit), OnDurable: func(seq uint64) {
+	d.storage = new(shard.Storage)
+	health := &spoolHealth{log: d.log, dir: filepath.Join(cfg.dataDir, spoolDir), storage: d.storage}
+	s, err := spool.Open(health.dir, spool.Options{OnHealth: health.changed, FlushInterval: groupCommit(cfg.groupCommit), OnDurable: func(seq uint64) {
 		noted.note(seq)
 		if p := d.plane.Load(); p != nil {
 			p.Kick()
@@ -326,7 +330,7 @@ func (d *daemon) startAdmin(ctx context.Context, cfg config, hasher *credential.
 		reg.MustRegister(d.changeLag, d.refreshes)
 	}
 	srv, err := admin.New(admin.Config{Store: d.store, Hasher: hasher, Publisher: d.prov, Registry: reg, Log: d.log,
-		Holdings: planeHoldings{d.node.Plane()}, Events: d.spool, Node: d.nodeID})
+		Holdings: planeHoldings{d.node.Plane()}, Events: d.spool, Node: d.nodeID, Storage: d.adminStorage})
 	if err != nil {
 		return "", err
 	}
