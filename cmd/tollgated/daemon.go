@@ -64,11 +64,22 @@ type daemon struct {
 	nodeID     string                 // the billed-event stream's source
 	// storage is the spool's health as the shards read it (storage.go).
 	storage *shard.Storage
+	// ports hold the data-plane and admin ports (claim.go) until close.
+	ports addressClaims
 }
 
 // startDaemon brings tollgated up in dependency order; on any failure it
 // closes what it opened.
 func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err error) {
+	ports, err := claimAddresses(cfg) // held until the daemon has stopped (close)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			ports.release()
+		}
+	}()
 	if err := checkAddresses(cfg); err != nil {
 		return nil, err
 	}
@@ -88,7 +99,7 @@ func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err 
 	if err != nil {
 		return nil, err
 	}
-	d := &daemon{log: log, grace: cfg.shutdownGrace, stop: make(chan struct{}), done: make(chan struct{}), out: out}
+	d := &daemon{log: log, grace: cfg.shutdownGrace, stop: make(chan struct{}), done: make(chan struct{}), out: out, ports: ports}
 	defer func() {
 		if err != nil {
 			d.close()
@@ -399,6 +410,9 @@ func (d *daemon) close() {
 			d.log.Error().Err(err).Msg("closing the ledger")
 		}
 	}
+	// Last: the ports are free for another daemon only once this one
+	// serves nothing and has let go of its data.
+	d.ports.release()
 }
 
 // Usage moves from the spool to the ledger in few, large transactions: a
