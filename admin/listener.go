@@ -117,6 +117,7 @@ func (s *Server) Serve(ln net.Listener, lim Limits) (*http.Server, error) {
 		ErrorLog:                     stdlog.New(logWriter{s}, "", 0),
 		BaseContext:                  func(net.Listener) context.Context { return ctx },
 	}
+	srv.ConnContext = func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, connKey{}, c) }
 	srv.RegisterOnShutdown(stop)
 	limited := &limitListener{Listener: ln, s: s, slots: make(chan struct{}, lim.MaxConns), refusing: make(chan struct{}, maxRefusing),
 		waiting: make(map[*problemConn]time.Time, lim.MaxConns)}
@@ -144,6 +145,21 @@ func (s *Server) sweepKeys(ctx context.Context) {
 				s.log.Error().Err(err).Msg("admin: expiring keys failed; retrying")
 			}
 		}
+	}
+}
+
+// connKey is the request context's key for its connection (ConnContext).
+type connKey struct{}
+
+// dropBody makes the connection close after the answer, without reading
+// what is left of the request's body: net/http would read up to 256 KiB
+// of it after the handler — until the read timeout, from a client that
+// trickles it — holding a place of the listener. For a request refused
+// before its body was wanted (no valid admin token).
+func dropBody(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Connection", "close")
+	if c, ok := r.Context().Value(connKey{}).(net.Conn); ok {
+		_ = c.SetReadDeadline(time.Now())
 	}
 }
 

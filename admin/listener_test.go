@@ -251,6 +251,29 @@ func (h *harness) busyConns(n int) []net.Conn {
 	return conns
 }
 
+// TestUnauthenticatedRequestsDoNotHoldAPlace: a request without a valid
+// token is answered 401 at once and its connection closed, whatever body
+// it announces and however slowly it sends it: it holds no place of the
+// listener while it trickles.
+func TestUnauthenticatedRequestsDoNotHoldAPlace(t *testing.T) {
+	h := newHarness(t)
+	h.serve(Limits{MaxConns: 2, ReadTimeout: 20 * time.Second})
+	for _, auth := range []string{"", "Authorization: Bearer wrong\r\n"} {
+		c, err := net.Dial("tcp", h.addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		io.WriteString(c, "POST /v1/accounts HTTP/1.1\r\nHost: admin\r\n"+auth+"Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{")
+		b := closedWithin(t, c, 2*time.Second)
+		resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(b)), nil)
+		if err != nil || resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("unauthenticated POST with a body to come: %q %v", b, err)
+		}
+	}
+	h.ok(http.StatusOK, "GET", "/v1/leases", "")
+}
+
 // TestIdleSocketsGiveWayToARequest: sockets that hold the admin
 // listener's places without sending a request — or idle after one — make
 // way for a new connection at the bound, oldest first, so a request gets

@@ -259,6 +259,7 @@ func (s *Server) dispatch(m methods, detach bool) http.Handler {
 		r = r.WithContext(ctx)
 		actor, err := s.authorize(r)
 		if err != nil {
+			dropBody(w, r)
 			s.fail(w, r, err)
 			return
 		}
