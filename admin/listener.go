@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -33,10 +34,15 @@ type Limits struct {
 	// net/http reads up to 4 KiB past it before refusing (its bufio
 	// slack): a head of up to MaxHeaderBytes+4096 bytes may be served.
 	MaxHeaderBytes int
-	// MaxConns bounds open connections. A connection beyond it is answered
-	// 503 too-many-connections and closed at once, so the admin listener
-	// never holds more than MaxConns file descriptors for clients (plus
-	// at most maxRefusing being refused) however many sockets are opened.
+	// MaxConns bounds open connections, so the admin listener never holds
+	// more than MaxConns file descriptors for clients (plus at most
+	// maxRefusing being refused) however many sockets are opened. At the
+	// bound a new connection takes the place of the held connection that
+	// has waited longest with no request in progress — one that has not
+	// sent a whole request head yet, or is idle between requests — which
+	// is closed; only when every held connection is serving a request is
+	// the new one answered 503 too-many-connections and closed. So sockets
+	// that hold a place and send nothing cannot keep a request out.
 	MaxConns int
 }
 
@@ -111,8 +117,11 @@ func (s *Server) Serve(ln net.Listener, lim Limits) (*http.Server, error) {
 		ErrorLog:                     stdlog.New(logWriter{s}, "", 0),
 		BaseContext:                  func(net.Listener) context.Context { return ctx },
 	}
+	srv.ConnContext = func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, connKey{}, c) }
 	srv.RegisterOnShutdown(stop)
-	limited := &limitListener{Listener: ln, s: s, slots: make(chan struct{}, lim.MaxConns), refusing: make(chan struct{}, maxRefusing)}
+	limited := &limitListener{Listener: ln, s: s, slots: make(chan struct{}, lim.MaxConns), refusing: make(chan struct{}, maxRefusing),
+		waiting: make(map[*problemConn]time.Time, lim.MaxConns)}
+	srv.ConnState = limited.track
 	go func() {
 		defer stop()
 		if err := srv.Serve(limited); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -139,6 +148,21 @@ func (s *Server) sweepKeys(ctx context.Context) {
 	}
 }
 
+// connKey is the request context's key for its connection (ConnContext).
+type connKey struct{}
+
+// dropBody makes the connection close after the answer, without reading
+// what is left of the request's body: net/http would read up to 256 KiB
+// of it after the handler — until the read timeout, from a client that
+// trickles it — holding a place of the listener. For a request refused
+// before its body was wanted (no valid admin token).
+func dropBody(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Connection", "close")
+	if c, ok := r.Context().Value(connKey{}).(net.Conn); ok {
+		_ = c.SetReadDeadline(time.Now())
+	}
+}
+
 // logWriter carries net/http's own log lines (accept errors, TLS, panics)
 // into the Server's log.
 type logWriter struct{ s *Server }
@@ -152,12 +176,19 @@ func (l logWriter) Write(p []byte) (int, error) {
 // it an excess connection is closed without an answer.
 const maxRefusing = 8
 
-// limitListener hands out at most cap(slots) connections at a time.
+// limitListener hands out at most cap(slots) connections at a time. It
+// knows which of them wait with no request in progress (waiting, since
+// when: from their accept until net/http has read a whole request head,
+// and while idle between requests), and gives the place of the one that
+// has waited longest to a new connection at the bound.
 type limitListener struct {
 	net.Listener
 	s        *Server
 	slots    chan struct{}
 	refusing chan struct{}
+
+	mu      sync.Mutex
+	waiting map[*problemConn]time.Time
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
@@ -166,17 +197,90 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		select {
-		case l.slots <- struct{}{}:
-			l.s.metrics.conns.Inc()
-			return &problemConn{Conn: c, s: l.s, release: func() {
-				l.s.metrics.conns.Dec()
-				<-l.slots
-			}}, nil
-		default:
+		if !l.take() && !(l.evictOldest() && l.take()) {
 			l.refuse(c)
+			continue
+		}
+		l.s.metrics.conns.Inc()
+		pc := &problemConn{Conn: c, s: l.s}
+		pc.release = func() {
+			l.closing(pc)
+			l.s.metrics.conns.Dec()
+			<-l.slots
+		}
+		l.mu.Lock()
+		l.waiting[pc] = time.Now()
+		l.mu.Unlock()
+		return pc, nil
+	}
+}
+
+// take claims a place, if one is free.
+func (l *limitListener) take() bool {
+	select {
+	case l.slots <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// evictOldest closes the held connection that has waited longest with no
+// request in progress, which frees its place at once (problemConn.Close);
+// it reports whether there was one.
+func (l *limitListener) evictOldest() bool {
+	l.mu.Lock()
+	var oldest *problemConn
+	var since time.Time
+	for c, t := range l.waiting {
+		if oldest == nil || t.Before(since) {
+			oldest, since = c, t
 		}
 	}
+	delete(l.waiting, oldest)
+	l.mu.Unlock()
+	if oldest == nil {
+		return false
+	}
+	l.s.metrics.evicted.Inc()
+	oldest.Close()
+	return true
+}
+
+// track follows net/http's view of each connection (http.Server.ConnState):
+// reading a request (active) takes it off the waiting list, and going idle
+// after one puts it back, as the youngest.
+func (l *limitListener) track(c net.Conn, state http.ConnState) {
+	pc, ok := c.(*problemConn)
+	if !ok {
+		return
+	}
+	switch state {
+	case http.StateActive:
+		l.forget(pc)
+	case http.StateIdle:
+		l.mu.Lock()
+		if !pc.closed.Load() {
+			l.waiting[pc] = time.Now()
+		}
+		l.mu.Unlock()
+	}
+}
+
+// forget takes c off the waiting list.
+func (l *limitListener) forget(c *problemConn) {
+	l.mu.Lock()
+	delete(l.waiting, c)
+	l.mu.Unlock()
+}
+
+// closing takes c off the waiting list for good: a late idle report does
+// not put a closed connection back.
+func (l *limitListener) closing(c *problemConn) {
+	l.mu.Lock()
+	c.closed.Store(true)
+	delete(l.waiting, c)
+	l.mu.Unlock()
 }
 
 // refuse answers c 503 too-many-connections and closes it, off the accept
@@ -214,6 +318,7 @@ type problemConn struct {
 	s       *Server
 	release func()
 	once    sync.Once
+	closed  atomic.Bool // set under the listener's mu, by release
 }
 
 func (c *problemConn) Close() error {

@@ -9,8 +9,11 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tollgated/tollgated/credential"
 )
 
 // addr is the harness listener's host:port.
@@ -180,27 +183,16 @@ func TestSilentAndIdleConnectionsAreClosed(t *testing.T) {
 	}
 }
 
-// TestConnectionCap: beyond MaxConns a connection is answered 503
-// too-many-connections and closed at once, holding nothing; once a slot
-// frees, connections are served again.
+// TestConnectionCap: beyond MaxConns, while every held connection is
+// serving a request, a connection is answered 503 too-many-connections
+// and closed at once, holding nothing; once a slot frees, connections are
+// served again.
 func TestConnectionCap(t *testing.T) {
 	h := newHarness(t)
 	h.serve(Limits{MaxConns: 3, ReadHeaderTimeout: 10 * time.Second})
-	var held []net.Conn
-	for range 3 {
-		c, err := net.Dial("tcp", h.addr())
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, c)
-	}
-	t.Cleanup(func() {
-		for _, c := range held {
-			c.Close()
-		}
-	})
-	// The three are accepted (the server holds them, waiting for their
-	// headers); a fourth is refused.
+	held := h.busyConns(3)
+	// The three are accepted and each is in a request (its handler waits
+	// for the body); a fourth is refused.
 	waitFor(t, func() bool { return h.metricValue("tollgated_admin_connections") == 3 })
 	for range 5 {
 		c, err := net.Dial("tcp", h.addr())
@@ -221,9 +213,114 @@ func TestConnectionCap(t *testing.T) {
 	if n := h.metricValue("tollgated_admin_connections"); n != 3 {
 		t.Fatalf("%v connections open", n)
 	}
+	if n := h.metricValue("tollgated_admin_connections_evicted_total"); n != 0 {
+		t.Fatalf("%v busy connections evicted", n)
+	}
 	held[0].Close()
 	waitFor(t, func() bool { return h.metricValue("tollgated_admin_connections") == 2 })
 	h.ok(http.StatusOK, "GET", "/v1/leases", "")
+}
+
+// busyConns opens n connections that are each in a request: an
+// authenticated POST whose body never comes, so its handler waits. Each
+// asks for 100-continue, which net/http sends once the handler reads the
+// body: the connection is serving a request when busyConns returns.
+func (h *harness) busyConns(n int) []net.Conn {
+	h.t.Helper()
+	var conns []net.Conn
+	for range n {
+		c, err := net.Dial("tcp", h.addr())
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		io.WriteString(c, "POST /v1/accounts HTTP/1.1\r\nHost: admin\r\nAuthorization: Bearer "+h.token+
+			"\r\nContent-Type: application/json\r\nContent-Length: 100\r\nExpect: 100-continue\r\n\r\n")
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil || !strings.HasPrefix(line, "HTTP/1.1 100") {
+			h.t.Fatalf("no 100 Continue: %q %v", line, err)
+		}
+		c.SetReadDeadline(time.Time{})
+		conns = append(conns, c)
+	}
+	h.t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return conns
+}
+
+// TestUnauthenticatedRequestsDoNotHoldAPlace: a request without a valid
+// token is answered 401 at once and its connection closed, whatever body
+// it announces and however slowly it sends it: it holds no place of the
+// listener while it trickles.
+func TestUnauthenticatedRequestsDoNotHoldAPlace(t *testing.T) {
+	h := newHarness(t)
+	h.serve(Limits{MaxConns: 2, ReadTimeout: 20 * time.Second})
+	for _, auth := range []string{"", "Authorization: Bearer wrong\r\n"} {
+		c, err := net.Dial("tcp", h.addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		io.WriteString(c, "POST /v1/accounts HTTP/1.1\r\nHost: admin\r\n"+auth+"Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{")
+		b := closedWithin(t, c, 2*time.Second)
+		resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(b)), nil)
+		if err != nil || resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("unauthenticated POST with a body to come: %q %v", b, err)
+		}
+	}
+	h.ok(http.StatusOK, "GET", "/v1/leases", "")
+}
+
+// TestIdleSocketsGiveWayToARequest: sockets that hold the admin
+// listener's places without sending a request — or idle after one — make
+// way for a new connection at the bound, oldest first, so a request gets
+// through however many there are; the listener still holds at most
+// MaxConns of them. Connections serving a request are never evicted.
+func TestIdleSocketsGiveWayToARequest(t *testing.T) {
+	h := newHarness(t)
+	h.serve(Limits{MaxConns: 4, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute})
+	busy := h.busyConns(1)
+	// A kept-alive connection, idle after its request.
+	keep := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+	req, _ := http.NewRequest("GET", h.url+"/v1/leases", nil)
+	req.Header.Set("Authorization", "Bearer "+h.token)
+	resp, err := keep.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	var silent []net.Conn
+	t.Cleanup(func() {
+		for _, c := range silent {
+			c.Close()
+		}
+	})
+	for range 50 {
+		c, err := net.Dial("tcp", h.addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		silent = append(silent, c)
+	}
+	waitFor(t, func() bool { return h.metricValue("tollgated_admin_connections_evicted_total") >= 47 })
+	start := time.Now()
+	h.ok(http.StatusOK, "GET", "/v1/leases", "")
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("a request beside 50 silent sockets took %v", took)
+	}
+	if n := h.metricValue("tollgated_admin_connections"); n > 4 {
+		t.Fatalf("%v connections held, limit 4", n)
+	}
+	// The busy connection kept its place: its request still completes.
+	io.WriteString(busy[0], `{"id":"kept"}`+strings.Repeat(" ", 100-len(`{"id":"kept"}`)))
+	r, err := http.ReadResponse(bufio.NewReader(busy[0]), nil)
+	if err != nil || r.StatusCode != http.StatusCreated {
+		t.Fatalf("the busy connection's request: %v %v", r, err)
+	}
 }
 
 // TestProfileOutlivesTheTimeouts: a CPU profile longer than the read and
@@ -302,6 +399,36 @@ func TestHealthNeedsNoTokenAndSaysLittle(t *testing.T) {
 	st, hdr, b = h.callAs("", "GET", "/healthz", "")
 	if p := h.checkProblem(st, hdr, b, http.StatusServiceUnavailable, codeUnavailable, "unhealthy"); strings.Contains(p.Detail, errTest.Error()) {
 		t.Fatalf("health leaks its cause: %q", p.Detail)
+	}
+}
+
+// TestHealthSaysWhenTheSpoolCannotTakeRecords: a full or failed usage
+// spool makes /healthz 503 with its own code, and a spool with room again
+// makes it 200.
+func TestHealthSaysWhenTheSpoolCannotTakeRecords(t *testing.T) {
+	h := newHarness(t)
+	var state atomic.Uint32
+	hasher, err := credential.NewHasher(testSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.srv, err = New(Config{Store: h.store, Hasher: hasher, Publisher: h.pub, Now: h.now.Load,
+		Storage: func() StorageState { return StorageState(state.Load()) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.serve(Limits{})
+	for _, c := range []struct {
+		state StorageState
+		code  string
+	}{{StorageFull, codeStorageFull}, {StorageFailed, codeStorageFailed}} {
+		state.Store(uint32(c.state))
+		st, hdr, b := h.callAs("", "GET", "/healthz", "")
+		h.checkProblem(st, hdr, b, http.StatusServiceUnavailable, c.code, "spool "+c.code)
+	}
+	state.Store(uint32(StorageOK))
+	if st, _, b := h.callAs("", "GET", "/healthz", ""); st != http.StatusOK {
+		t.Fatalf("/healthz with room again: %d %s", st, b)
 	}
 }
 

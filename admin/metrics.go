@@ -17,6 +17,7 @@ type metrics struct {
 	mutations *prometheus.CounterVec // action: changes that reached the ledger
 	errors    *prometheus.CounterVec // code: problem codes, plus publish-failed and audit-failed
 	conns     prometheus.Gauge       // open admin connections
+	evicted   prometheus.Counter     // connections closed at the bound to make room
 	panics    prometheus.Counter     // handlers that panicked (answered 500)
 }
 
@@ -45,12 +46,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "tollgated_admin_connections",
 			Help: "Open connections to the admin listener (at most its connection limit).",
 		}),
+		evicted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tollgated_admin_connections_evicted_total",
+			Help: "Admin connections closed at the connection limit to make room for a new one: each had waited longest with no request in progress (no whole request head yet, or idle).",
+		}),
 		panics: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tollgated_admin_panics_total",
 			Help: "Admin requests whose handler panicked; each was answered 500 internal and logged with its stack.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.mutations, m.errors, m.conns, m.panics} {
+	for _, c := range []prometheus.Collector{m.requests, m.mutations, m.errors, m.conns, m.evicted, m.panics} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("admin: registering metrics: %w", err)
 		}

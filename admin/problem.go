@@ -43,6 +43,8 @@ const (
 	codeOverflow         = "overflow"
 	codeBusy             = "busy"
 	codeUnavailable      = "unavailable"
+	codeStorageFull      = "storage-full"
+	codeStorageFailed    = "storage-failed"
 	codeInternal         = "internal"
 	// The billed-event stream's cursor (events.go).
 	codeCursorExpired = "cursor-expired"
@@ -71,6 +73,8 @@ var titles = map[string]string{
 	codeOverflow:           "Amount would overflow",
 	codeBusy:               "Already running",
 	codeUnavailable:        "Unavailable",
+	codeStorageFull:        "Usage storage is full",
+	codeStorageFailed:      "Usage storage failed",
 	codeInternal:           "Internal error",
 	codeCursorExpired:      "Events no longer kept",
 	codeCursorAhead:        "Cursor beyond the stream",
@@ -95,6 +99,8 @@ var statuses = map[string]int{
 	codeOverflow:           http.StatusUnprocessableEntity,
 	codeBusy:               http.StatusConflict,
 	codeUnavailable:        http.StatusServiceUnavailable,
+	codeStorageFull:        http.StatusServiceUnavailable,
+	codeStorageFailed:      http.StatusServiceUnavailable,
 	codeInternal:           http.StatusInternalServerError,
 	codeCursorExpired:      http.StatusGone,
 	codeCursorAhead:        http.StatusConflict,

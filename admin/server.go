@@ -90,7 +90,21 @@ type Config struct {
 	// the route answers 404. Optional.
 	Events EventLog
 	Node   string
+	// Storage, if set, says whether the node's usage spool takes records:
+	// /healthz answers 503 storage-full or storage-failed while it does
+	// not. Optional.
+	Storage func() StorageState
 }
+
+// StorageState is whether the node can make billed usage durable, as
+// /healthz reports it.
+type StorageState uint8
+
+const (
+	StorageOK     StorageState = iota
+	StorageFull                // the spool's filesystem is full; it recovers by itself once there is room
+	StorageFailed              // the spool failed a write or sync; only a restart ends it
+)
 
 // Server serves the admin API.
 type Server struct {
@@ -106,6 +120,7 @@ type Server struct {
 	tracing  trace.TracerProvider
 	eventLog EventLog
 	node     string
+	storage  func() StorageState
 
 	// mu serialises changes. The ledger makes each change atomic, but an
 	// audit record's before is read just ahead of the change: holding mu
@@ -130,7 +145,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		store: cfg.Store, hasher: cfg.Hasher, pub: cfg.Publisher, reg: cfg.Registry,
 		now: cfg.Now, log: cfg.Log, rand: cfg.Rand, holdings: cfg.Holdings, tracing: cfg.Tracing,
-		eventLog: cfg.Events, node: cfg.Node,
+		eventLog: cfg.Events, node: cfg.Node, storage: cfg.Storage,
 	}
 	if s.reg == nil {
 		s.reg = prometheus.NewRegistry()
@@ -244,6 +259,7 @@ func (s *Server) dispatch(m methods, detach bool) http.Handler {
 		r = r.WithContext(ctx)
 		actor, err := s.authorize(r)
 		if err != nil {
+			dropBody(w, r)
 			s.fail(w, r, err)
 			return
 		}
@@ -272,8 +288,9 @@ func (s *Server) dispatch(m methods, detach bool) http.Handler {
 }
 
 // health: GET /healthz, without authentication, for load balancers and
-// orchestrators: 200 {"status":"ok"} while the ledger answers a read, else
-// 503 unavailable. It says nothing else.
+// orchestrators: 200 {"status":"ok"} while the ledger answers a read and
+// the usage spool takes records; else 503 unavailable (the ledger), or
+// storage-full / storage-failed (the spool). It says nothing else.
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
@@ -286,6 +303,16 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 		s.log.Warn().Err(err).Msg("admin: health check: the ledger did not answer")
 		s.fail(w, r, problemf(codeUnavailable, "not healthy"))
 		return
+	}
+	if s.storage != nil {
+		switch s.storage() {
+		case StorageFull:
+			s.fail(w, r, problemf(codeStorageFull, "the usage spool's filesystem is full: requests that bill are refused until it has room"))
+			return
+		case StorageFailed:
+			s.fail(w, r, problemf(codeStorageFailed, "the usage spool failed a write or sync: requests that bill are refused until a restart"))
+			return
+		}
 	}
 	_ = writeJSON(w, http.StatusOK, struct {
 		Status string `json:"status"`

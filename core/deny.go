@@ -30,6 +30,8 @@ const (
 	DenyFundingExpiredAtStart             // 20: funding lapsed between admit and commit
 	DenyBalanceExhausted                  // 21: the ledger has no funding left
 	DenyBalanceInsufficient               // 22: the ledger has less than the quote
+	DenyStorageFull                       // 23: the node's usage spool has no room on its filesystem
+	DenyStorageFailed                     // 24: the node's usage spool failed a write or sync
 	numDenyReasons
 )
 
@@ -79,6 +81,8 @@ var reasons = [numDenyReasons]reasonInfo{
 	DenyFundingExpiredAtStart:  {"funding_expired_at_start", "funding-expired-at-start", RetryTransient},
 	DenyBalanceExhausted:       {"balance_exhausted", "balance-exhausted", RetryNever},
 	DenyBalanceInsufficient:    {"balance_insufficient", "balance-insufficient", RetryNever},
+	DenyStorageFull:            {"storage_full", "storage-full", RetryTransient},
+	DenyStorageFailed:          {"storage_failed", "storage-failed", RetryTransient},
 }
 
 // Label is the reason's stable snake_case name.

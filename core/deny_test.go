@@ -33,6 +33,8 @@ func TestShippedSlotsNeverMove(t *testing.T) {
 		{20, "funding_expired_at_start", "funding-expired-at-start", RetryTransient},
 		{21, "balance_exhausted", "balance-exhausted", RetryNever},
 		{22, "balance_insufficient", "balance-insufficient", RetryNever},
+		{23, "storage_full", "storage-full", RetryTransient},
+		{24, "storage_failed", "storage-failed", RetryTransient},
 	}
 	if len(want) != NumDenyReasons-1 {
 		t.Fatalf("%d reasons shipped, table pins %d: add the new one here", NumDenyReasons-1, len(want))

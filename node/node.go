@@ -48,7 +48,10 @@ type Config struct {
 	// KeyUseReport is how often (ns) each shard reports the keys used on
 	// it (shard.Config.KeyUseReport).
 	KeyUseReport int64
-	Log          zerolog.Logger
+	// Storage, if set, is the spool's health as the shards read it: they
+	// refuse requests that would bill while it is not StorageOK.
+	Storage *shard.Storage
+	Log     zerolog.Logger
 }
 
 // Node is a running node.
@@ -252,6 +255,10 @@ func (n *Node) Shutdown(deadline time.Time) {
 }
 
 func (n *Node) shutdownOnce(deadline time.Time) {
+	leaseWait := 5 * time.Second
+	if n.storageDegraded() {
+		deadline, leaseWait = earliest(deadline, time.Now().Add(degradedWait)), degradedWait
+	}
 	for _, r := range n.runners {
 		if r.loop != nil {
 			r.loop.Drain(deadline)
@@ -264,7 +271,7 @@ func (n *Node) shutdownOnce(deadline time.Time) {
 			r.s.Quiesce()
 		}
 		n.plane.HandBackLeases()
-		n.pollUntil(time.Now().Add(5*time.Second), n.plane.LeasesReleased)
+		n.pollUntil(time.Now().Add(leaseWait), n.plane.LeasesReleased)
 		if n.cfg.DrainUsage != nil {
 			n.cfg.DrainUsage(deadline)
 		}
@@ -331,7 +338,7 @@ func newRunner(id, cpu int, addr string, cfg Config) (*runner, control.Link, err
 	}
 	r.s, err = shard.New(shard.Config{ID: uint16(id), Secret: cfg.Secret, MaxReservations: cfg.MaxReservations,
 		AckDurable: cfg.Durable, FundingWait: cfg.FundingWait, KeyUseReport: cfg.KeyUseReport,
-		Syncing: cfg.Plane.Syncing}, r.in, r.out)
+		Syncing: cfg.Plane.Syncing, Storage: cfg.Storage}, r.in, r.out)
 	if err == nil {
 		r.ln, err = httploop.Bind(addr)
 	}

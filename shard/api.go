@@ -61,10 +61,12 @@ func (s *Shard) Serve(r *Request) {
 	case bytes.Equal(path, pathLivez):
 		s.writeJSON(r.Resp, fasthttp.StatusOK, append(s.out[:0], `{"status":"live"}`...))
 	case bytes.Equal(path, pathReadyz):
-		if s.ready {
-			s.writeJSON(r.Resp, fasthttp.StatusOK, append(s.out[:0], `{"status":"ready"}`...))
-		} else {
+		switch {
+		case !s.ready:
 			s.writeProblem(r.Resp, fasthttp.StatusServiceUnavailable, "not-ready", "Shard has not received its state yet")
+		case s.storageUnready(r.Resp):
+		default:
+			s.writeJSON(r.Resp, fasthttp.StatusOK, append(s.out[:0], `{"status":"ready"}`...))
 		}
 	case isRoute(path):
 		s.writeProblem(r.Resp, fasthttp.StatusMethodNotAllowed, "method-not-allowed", "Use POST")
@@ -144,6 +146,9 @@ func (s *Shard) runAdmit(r *Request, p core.Principal, mode admitMode, w *fundin
 	ctx, reason := s.engine.Begin(p, 0, now)
 	if reason.Denied() {
 		s.writeDenial(r.Resp, s.beginDenial(p, reason))
+		return
+	}
+	if s.refuseForStorage(r) {
 		return
 	}
 	if !s.reserveUsage() {

@@ -88,6 +88,10 @@ func (s *Shard) servePostPaid(r *Request) {
 		s.writeFieldProblem(r.Resp, p)
 		return
 	}
+	if s.refuseForStorage(r) {
+		s.countPostPaid(batch, true)
+		return
+	}
 	if r.Defer == nil {
 		s.countPostPaid(batch, true)
 		s.writeProblem(r.Resp, fasthttp.StatusServiceUnavailable, "usage-unavailable", "This transport cannot wait for durable usage")

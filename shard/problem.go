@@ -35,6 +35,8 @@ var denyStatus = [core.NumDenyReasons]int{
 	core.DenyFundingExpiredAtStart:  fasthttp.StatusConflict,
 	core.DenyBalanceExhausted:       fasthttp.StatusPaymentRequired,
 	core.DenyBalanceInsufficient:    fasthttp.StatusPaymentRequired,
+	core.DenyStorageFull:            fasthttp.StatusServiceUnavailable,
+	core.DenyStorageFailed:          fasthttp.StatusServiceUnavailable,
 }
 
 var denyTitle = [core.NumDenyReasons]string{
@@ -60,6 +62,8 @@ var denyTitle = [core.NumDenyReasons]string{
 	core.DenyFundingExpiredAtStart:  "Funding lapsed before start",
 	core.DenyBalanceExhausted:       "Balance exhausted",
 	core.DenyBalanceInsufficient:    "Balance insufficient",
+	core.DenyStorageFull:            "Usage storage is full; retry shortly",
+	core.DenyStorageFailed:          "Usage storage failed; retry elsewhere",
 }
 
 // unavailableRetry is the Retry-After of a 503 that knows no better time:

@@ -45,6 +45,10 @@ type Config struct {
 	// Syncing, shared with the control plane, spares HandOver a ring
 	// while a spool sync is in flight; nil rings whenever the plane naps.
 	Syncing *SpoolSyncing
+	// Storage, shared with the spool's health, refuses requests that would
+	// bill while the spool cannot take records (storage.go); nil never
+	// refuses.
+	Storage *Storage
 	// PanicLog receives the one log line a shard writes when it recovers
 	// from a panic in a decoder (recover.go); nil means standard error.
 	PanicLog io.Writer

@@ -75,6 +75,11 @@ type Options struct {
 	// call Sync or Close (they wait for the flusher).
 	OnDurable func(seq uint64)
 
+	// OnHealth, if set, is called by the flusher each time the spool's
+	// Health changes: short of space, room again, broken. It runs on the
+	// flusher goroutine, like OnDurable, with the same restrictions.
+	OnHealth func(h Health)
+
 	// ArchiveDir, if set, is where Release moves the segments it would
 	// delete, for Follow (archive.go). It must be on the spool's
 	// filesystem (a segment moves with one rename) and belongs to this

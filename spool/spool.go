@@ -46,7 +46,11 @@ type Spool struct {
 	started  bool      // an Append succeeded: Replay is refused from now on
 	closed   bool
 	exited   bool  // the flusher has returned
-	err      error // sticky flusher failure, wraps ErrBroken
+	blocked  bool  // the batch being written found no room on the filesystem
+	err      error // sticky flusher failure, wraps ErrBroken (or ErrNoSpace, at Close)
+
+	health atomic.Uint32             // a Health, stored by the flusher under mu
+	fault  atomic.Pointer[DiskFault] // tests: fails the flusher's writes and syncs
 
 	durable  atomic.Uint64 // every record ≤ durable is on disk
 	released atomic.Uint64 // every record ≤ released was exported
@@ -63,6 +67,16 @@ type Spool struct {
 	lastStart time.Time // when the last flush started
 	batch     [][]byte  // chunks being written; reused
 	calm      int       // batches in a row no larger than MaxBatchBytes
+	// The batch being written: its bytes (0: none), its last record, how
+	// far it is written; whether the segment holds writes not yet synced.
+	batchBytes int
+	batchLast  uint64
+	pos        batchPos
+	unsynced   bool
+	// Short of space: when the flusher next tries to reserve room or to
+	// write the batch that found none, and how long it waited last.
+	retryAt   time.Time
+	retryWait time.Duration
 
 	// segMu guards segs: the first sequence numbers of the segment files on
 	// disk, in order. The last one is the segment being written. It also
@@ -220,7 +234,9 @@ func drain(c chan struct{}) {
 func (s *Spool) Durable() uint64 { return s.durable.Load() }
 
 // Sync starts a flush at once and waits until every record appended before
-// the call is durable.
+// the call is durable. While a batch waits for room on the filesystem it
+// returns ErrNoSpace instead of waiting (after asking the flusher to try
+// again): a full disk may stay full for hours.
 func (s *Spool) Sync() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -228,19 +244,21 @@ func (s *Spool) Sync() error {
 		return ErrClosed
 	}
 	target := s.next - 1
-	if target > s.taken && s.err == nil {
-		poke(s.urge) // records the flusher has not taken: start now
+	if (target > s.taken || s.blocked) && s.err == nil {
+		poke(s.urge) // records the flusher has not taken, or a retry: start now
 	}
-	for s.durable.Load() < target && s.err == nil && !s.exited {
+	for s.durable.Load() < target && s.err == nil && !s.exited && !s.blocked {
 		s.cond.Wait()
 	}
-	if s.err != nil {
+	switch {
+	case s.err != nil:
 		return s.err
+	case s.durable.Load() >= target:
+		return nil
+	case s.blocked:
+		return ErrNoSpace
 	}
-	if s.durable.Load() < target {
-		return ErrClosed
-	}
-	return nil
+	return ErrClosed
 }
 
 // Close flushes and syncs everything appended, stops the flusher, closes

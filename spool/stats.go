@@ -28,6 +28,8 @@ type Stats struct {
 	Grows        uint64 // steps of zeros the flusher grew segments by (each one more fdatasync, not in Syncs)
 	Deleted      uint64 // segments deleted by Release
 	Full         uint64 // Appends refused with ErrFull
+	NoSpace      uint64 // times the spool became short of space (Health NoSpace)
+	Health       Health // as the flusher last found it
 	Truncated    int64  // bytes cut from a torn tail when the spool was opened
 	// DroppedRecords counts the records those bytes held, whole or in
 	// part, as far as their headers tell (Dropped has the details).
@@ -68,6 +70,7 @@ type counters struct {
 	archived     atomic.Uint64
 	pruned       atomic.Uint64
 	full         atomic.Uint64
+	noSpace      atomic.Uint64
 	truncated    atomic.Int64
 	syncNanos    atomic.Int64
 	syncMax      atomic.Int64
@@ -119,6 +122,8 @@ func (s *Spool) Stats() Stats {
 	st.Grows = c.grows.Load()
 	st.Deleted = c.deleted.Load()
 	st.Full = c.full.Load()
+	st.NoSpace = c.noSpace.Load()
+	st.Health = s.Health()
 	st.Truncated = c.truncated.Load()
 	st.DroppedRecords = s.dropped.Records
 	st.SyncTotal = time.Duration(c.syncNanos.Load())

@@ -62,11 +62,24 @@ type daemon struct {
 	changeLag  prometheus.Histogram
 	refreshes  *prometheus.CounterVec // funds refreshes by kind and result
 	nodeID     string                 // the billed-event stream's source
+	// storage is the spool's health as the shards read it (storage.go).
+	storage *shard.Storage
+	// ports hold the data-plane and admin ports (claim.go) until close.
+	ports addressClaims
 }
 
 // startDaemon brings tollgated up in dependency order; on any failure it
 // closes what it opened.
 func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err error) {
+	ports, err := claimAddresses(cfg) // held until the daemon has stopped (close)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			ports.release()
+		}
+	}()
 	if err := checkAddresses(cfg); err != nil {
 		return nil, err
 	}
@@ -86,7 +99,7 @@ func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err 
 	if err != nil {
 		return nil, err
 	}
-	d := &daemon{log: log, grace: cfg.shutdownGrace, stop: make(chan struct{}), done: make(chan struct{}), out: out}
+	d := &daemon{log: log, grace: cfg.shutdownGrace, stop: make(chan struct{}), done: make(chan struct{}), out: out, ports: ports}
 	defer func() {
 		if err != nil {
 			d.close()
@@ -145,7 +158,7 @@ func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err 
 			},
 		},
 		Durable: cfg.ack == "durable", FundingWait: fundingWait(cfg.fundingWait),
-		DrainUsage: d.drainUsage, Log: log,
+		DrainUsage: d.drainUsage, Log: log, Storage: d.storage,
 	})
 	if err != nil {
 		return nil, err
@@ -217,7 +230,9 @@ func (d *daemon) openSpool(cfg config, nodeID string) error {
 	// Durable usage wakes the plane (answers wait on it), not the exporter:
 	// the exporter runs on its interval, in big batches.
 	noted := &notedSpool{}
-	s, err := spool.Open(filepath.Join(cfg.dataDir, spoolDir), spool.Options{FlushInterval: groupCommit(cfg.groupCommit), OnDurable: func(seq uint64) {
+	d.storage = new(shard.Storage)
+	health := &spoolHealth{log: d.log, dir: filepath.Join(cfg.dataDir, spoolDir), storage: d.storage}
+	s, err := spool.Open(health.dir, spool.Options{OnHealth: health.changed, FlushInterval: groupCommit(cfg.groupCommit), OnDurable: func(seq uint64) {
 		noted.note(seq)
 		if p := d.plane.Load(); p != nil {
 			p.Kick()
@@ -326,7 +341,7 @@ func (d *daemon) startAdmin(ctx context.Context, cfg config, hasher *credential.
 		reg.MustRegister(d.changeLag, d.refreshes)
 	}
 	srv, err := admin.New(admin.Config{Store: d.store, Hasher: hasher, Publisher: d.prov, Registry: reg, Log: d.log,
-		Holdings: planeHoldings{d.node.Plane()}, Events: d.spool, Node: d.nodeID})
+		Holdings: planeHoldings{d.node.Plane()}, Events: d.spool, Node: d.nodeID, Storage: d.adminStorage})
 	if err != nil {
 		return "", err
 	}
@@ -395,6 +410,9 @@ func (d *daemon) close() {
 			d.log.Error().Err(err).Msg("closing the ledger")
 		}
 	}
+	// Last: the ports are free for another daemon only once this one
+	// serves nothing and has let go of its data.
+	d.ports.release()
 }
 
 // Usage moves from the spool to the ledger in few, large transactions: a

@@ -11,6 +11,7 @@ import (
 	"github.com/tollgated/tollgated/invariant"
 	"github.com/tollgated/tollgated/node"
 	"github.com/tollgated/tollgated/shard"
+	"github.com/tollgated/tollgated/spool"
 )
 
 // nodeCollector exposes the data plane, the control plane, the spool and
@@ -45,7 +46,9 @@ var (
 	descSpoolGrows  = desc("spool_grow_syncs_total", "fdatasync calls of the usage spool after growing its segment with zeros (one per 1 MiB of records), beside tollgated_spool_syncs_total.")
 	descSpoolSyncS  = desc("spool_sync_seconds_total", "Time the usage spool spent in fdatasync: divided by tollgated_spool_syncs_total, the mean; durable answers wait for it.")
 	descSpoolSyncM  = desc("spool_sync_max_seconds", "The longest fdatasync of the usage spool since start: a durable answer waits past 5 s (504 answer-timeout) only if the disk stalls this long.")
-	descSpoolBroken = desc("spool_broken", "1 once the spool failed a write or sync: nothing more becomes durable, billing answers stop.")
+	descSpoolBroken = desc("spool_broken", "1 once the spool failed a write or sync: nothing more becomes durable, requests that bill are refused 503 storage-failed until a restart.")
+	descSpoolFull   = desc("spool_storage_full", "1 while the spool's filesystem has no room for its next step of records: requests that bill are refused 503 storage-full (tollgated_denials_total{reason=\"storage-full\"}) until it has room again.")
+	descSpoolFulls  = desc("spool_storage_full_total", "Times the spool's filesystem ran out of room (tollgated_spool_storage_full went to 1).")
 	descInvariants  = desc("invariant_violations_total", "Broken invariants by kind: each is a bug, logged as an error when it happens.", "kind")
 	descDroppedB    = desc("spool_recovery_dropped_bytes_total", "Bytes the spool cut from a torn or damaged tail when it opened.")
 	descArchiveB    = desc("event_archive_bytes", "Bytes of billed events kept for GET /v1/events after they were billed (--event-archive-bytes bounds it).")
@@ -141,7 +144,9 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	sp := d.spool.Stats()
 	counter(ch, descSpooled, float64(r.Durability.Appended))
 	gauge(ch, descOpenCommits, float64(r.Durability.OpenCommits))
-	gauge(ch, descSpoolBroken, boolGauge(r.SpoolBroken))
+	gauge(ch, descSpoolBroken, boolGauge(r.SpoolBroken || sp.Health == spool.Broken))
+	gauge(ch, descSpoolFull, boolGauge(sp.Health == spool.NoSpace))
+	counter(ch, descSpoolFulls, float64(sp.NoSpace))
 	for _, k := range invariant.Kinds() {
 		counter(ch, descInvariants, float64(invariant.Count(k)), k.String())
 	}
