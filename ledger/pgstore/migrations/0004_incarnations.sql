@@ -24,9 +24,10 @@ FROM (SELECT holder AS n FROM leases WHERE holder <> '' UNION SELECT node FROM e
 WHERE position('#' in n) = 0 AND octet_length(n) BETWEEN 1 AND 256;
 
 -- A lease's grace: its holder's when it was granted; -1 for a lease
--- granted before (the reclaiming node's grace applies to it).
+-- granted before, or by a node of an older build still running while a
+-- newer one migrated the database (the default): the reclaiming node's
+-- grace applies to it.
 ALTER TABLE leases ADD COLUMN grace bigint NOT NULL DEFAULT -1 CHECK (grace >= -1);
-ALTER TABLE leases ALTER COLUMN grace DROP DEFAULT;
 
 -- LeasesOf: the leases a holder still answers for (active, or forfeited
 -- and not restored). Released ones, the bulk, are not indexed.
