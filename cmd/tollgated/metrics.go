@@ -151,7 +151,7 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(ch, descSpoolGrows, float64(sp.Grows))
 	counter(ch, descSpoolSyncS, sp.SyncTotal.Seconds())
 	gauge(ch, descSpoolSyncM, sp.SyncMax.Seconds())
-	counter(ch, descDroppedRec, float64(sp.DroppedRecords))
+	counter(ch, descDroppedRec, float64(d.droppedRecords))
 	counter(ch, descDroppedB, float64(sp.Truncated))
 	gauge(ch, descArchiveB, float64(sp.ArchiveBytes))
 	counter(ch, descArchivePrun, float64(sp.Pruned))
