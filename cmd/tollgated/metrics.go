@@ -39,7 +39,7 @@ var (
 	descSpooled     = desc("usage_spooled_total", "Usage events appended to the spool.")
 	descSpoolLag    = desc("spool_lag_events", "Spooled usage events not yet exported to the ledger.")
 	descSpoolBytes  = desc("spool_pending_bytes", "Spooled bytes not yet on disk.")
-	descDroppedRec  = desc("spool_recovery_dropped_records_total", "Records the spool cut from a torn or damaged tail when it opened, as far as the cut bytes show them: usage never billed.")
+	descDroppedRec  = desc("spool_recovery_dropped_records_total", "Records the spool lost from its end when it opened: those a cut torn or damaged tail held, as far as its bytes show them or the ledger's export mark proves they existed, or those the spool was numbered on past (docs/RUNBOOK.md).")
 	descOpenCommits = desc("open_commits", "Committed reservations whose end the spool has not seen yet: billed at their quote if the node dies.")
 	descSpoolSyncs  = desc("spool_syncs_total", "fdatasync calls of the usage spool for its records (one per group commit).")
 	descSpoolGrows  = desc("spool_grow_syncs_total", "fdatasync calls of the usage spool after growing its segment with zeros (one per 1 MiB of records), beside tollgated_spool_syncs_total.")

@@ -14,9 +14,9 @@ import (
 // ErrNodeLive refuses a claim on a node id another live process holds.
 var ErrNodeLive = errors.New("pgstore: another live process holds this node id")
 
-// A node's claim on its id is a PostgreSQL session advisory lock, held by a
+// A node's claim on its id is a PostgreSQL advisory lock at connection level, held by a
 // connection of its own (application_name tollgated-claim) for as long as
-// the node runs. PostgreSQL drops a session's locks when its connection
+// the node runs. PostgreSQL drops a connection's locks when it
 // closes, so a node killed with SIGKILL leaves its id free at once for its
 // restart, while a second process started under a live node's id — on a
 // copy of its data directory, or on an empty one — is refused.
@@ -42,10 +42,10 @@ func claimKey(node string) int64 {
 	return int64(binary.BigEndian.Uint64(h[:8]))
 }
 
-// Claim takes node's claim, or fails with ErrNodeLive when another session
+// Claim takes node's claim, or fails with ErrNodeLive when another connection
 // holds it. The claim is kept until Release: when its connection fails (the
 // database restarts, a network cut), it is taken again on a new connection
-// as soon as the database answers. If another session took it meanwhile,
+// as soon as the database answers. If another connection took it meanwhile,
 // two processes now hold one node id, and lost is called, once, with
 // ErrNodeLive: the caller must stop serving.
 func (s *Store) Claim(ctx context.Context, node string, lost func(error)) (*Claim, error) {

@@ -69,10 +69,10 @@ func TestSchema3IsUpgradedWithIncarnations(t *testing.T) {
 	sound(t, s)
 }
 
-// TestClaimRefusesASecondLiveHolder: one session at a time holds a node
+// TestClaimRefusesASecondLiveHolder: one connection at a time holds a node
 // id's claim; it is free again at once when its holder lets go or its
 // connection ends (a killed process), and a held claim survives its
-// connection being cut. A holder whose claim another session took while
+// connection being cut. A holder whose claim another connection took while
 // it was cut off is told, once.
 func TestClaimRefusesASecondLiveHolder(t *testing.T) {
 	s, url := openFresh(t, Options{})
@@ -114,7 +114,7 @@ func TestClaimRefusesASecondLiveHolder(t *testing.T) {
 	}
 	before := held()
 	if before == 0 {
-		t.Fatal("no session holds the claim")
+		t.Fatal("no connection holds the claim")
 	}
 	cut()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
@@ -131,7 +131,7 @@ func TestClaimRefusesASecondLiveHolder(t *testing.T) {
 	if lost.Load() != 0 {
 		t.Fatal("the holder was told it lost a claim it took back")
 	}
-	// Cut off again, and another session takes it first.
+	// Cut off again, and another connection takes it first.
 	cut()
 	var second *Claim
 	for deadline := time.Now().Add(claimPing / 2); second == nil; {
@@ -142,7 +142,7 @@ func TestClaimRefusesASecondLiveHolder(t *testing.T) {
 	defer second.Release()
 	for deadline := time.Now().Add(10 * time.Second); lost.Load() == 0; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatal("the holder was never told another session took its claim")
+			t.Fatal("the holder was never told another connection took its claim")
 		}
 	}
 	first.Release()
