@@ -222,8 +222,7 @@ func settleLeases(ctx context.Context, store ledger.Store, o RecoverOptions, who
 			r.Leases++
 			r.Returned += unspent
 		case errors.Is(err, ledger.ErrLeaseNotActive):
-			// Released meanwhile (by another process of this holder?):
-			// nothing to return.
+			// Released since it was listed: nothing to return.
 		default:
 			r.Unaccounted++
 			invariant.Violated(invariant.RecoveryMismatch, fmt.Sprintf("releasing lease %d of %s: %v", l.ID, l.Account, err))
