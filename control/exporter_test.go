@@ -231,7 +231,8 @@ func TestExporterWokenBeforeDurableShowsStillExports(t *testing.T) {
 
 // TestRecoveryNumbersASpoolCutAfterItWasBilledOnToTheMark: the spool's
 // last records were billed, then lost (a torn tail cut on open): the spool
-// ends before the ledger's mark. Recovery appends empty records up to the
+// ends before the ledger's mark. Recovery replays the spool first (a spool
+// refuses Replay after Append), then appends empty records up to the
 // mark, so the next record takes a number the mark does not cover and is
 // billed; a spool that ends implausibly far before the mark is refused.
 func TestRecoveryNumbersASpoolCutAfterItWasBilledOnToTheMark(t *testing.T) {
@@ -242,9 +243,10 @@ func TestRecoveryNumbersASpoolCutAfterItWasBilledOnToTheMark(t *testing.T) {
 		Leases: []ledger.LeaseUsage{{Account: "acme", LeaseID: l.ID, Token: l.Token, Units: 10}}}, 1); err != nil {
 		t.Fatal(err)
 	}
+	sp.reopen()
 	e := NewExporter(sp, store, "n1", 16)
 	r, err := Recover(ctx, store, sp, e, "n1", 2)
-	if err != nil || r.Holes != 3 {
+	if err != nil || r.Holes != 3 || r.Mark != 4 || r.Replayed != 1 {
 		t.Fatalf("recovery %+v, %v; want 3 holes", r, err)
 	}
 	spoolUsage(sp, leaseEvent(l, 2, 7)) // seq 5: past the mark
@@ -262,5 +264,40 @@ func TestRecoveryNumbersASpoolCutAfterItWasBilledOnToTheMark(t *testing.T) {
 	_, err = Recover(ctx, store2, far, NewExporter(far, store2, "n1", 16), "n1", 2)
 	if !errors.Is(err, ErrSpoolBehindMark) {
 		t.Fatalf("a spool %d records behind its mark: %v", MaxHoles+1, err)
+	}
+}
+
+// TestRecoveryRestoresForfeitedLeasesFromAWholeSpool: a node whose lease
+// was forfeited while it was away comes back with its spool: recovery
+// bills the spool against the forfeit, then restores the lease — what the
+// node did not spend comes back from loss — but only when the spool
+// opened whole; a spool cut at open may have lost what the remainder paid
+// for, and the forfeit stands.
+func TestRecoveryRestoresForfeitedLeasesFromAWholeSpool(t *testing.T) {
+	for _, cut := range []bool{false, true} {
+		sp, store, l := exporterFixture(t)
+		ctx := context.Background()
+		spoolUsage(sp, leaseEvent(l, 1, 10))
+		if n, err := store.Reclaim(ctx, 7200e9, 0, 10); n != 1 || err != nil {
+			t.Fatalf("reclaim: %d, %v", n, err)
+		}
+		sp.reopen()
+		r, err := RecoverWith(ctx, store, sp, NewExporter(sp, store, l.Holder, 16), RecoverOptions{Holder: l.Holder, Now: 7300e9, SpoolCut: cut})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := store.Account(ctx, "acme")
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case !cut && (r.Restored != 1 || r.RestoredUnits != 190 || a.Loss != 0 || a.Settled != 10 || a.Balance() != 990):
+			t.Fatalf("whole spool: recovery %+v, account %+v", r, a)
+		case cut && (r.Forfeited != 1 || r.ForfeitedUnits != 190 || r.Restored != 0 || a.Loss != 190 || a.Settled != 10):
+			t.Fatalf("cut spool: recovery %+v, account %+v", r, a)
+		}
+		if err := store.Check(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

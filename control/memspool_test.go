@@ -1,6 +1,9 @@
 package control
 
-import "sync"
+import (
+	"errors"
+	"sync"
+)
 
 // memSpool is an in-memory spool for tests: every append is durable at
 // once, unless hold stopped the mark (a sync that does not end).
@@ -10,6 +13,7 @@ type memSpool struct {
 	released  uint64
 	held      bool
 	heldAt    uint64
+	appended  bool   // an Append ran: Replay is refused, as spool.Spool refuses it
 	onDurable func() // as spool.Options.OnDurable
 }
 
@@ -17,6 +21,14 @@ type memSpool struct {
 func (s *memSpool) hold() {
 	s.mu.Lock()
 	s.held, s.heldAt = true, uint64(len(s.records))
+	s.mu.Unlock()
+}
+
+// reopen is the spool as a restarted process finds it: the records are
+// there, and Replay may run again.
+func (s *memSpool) reopen() {
+	s.mu.Lock()
+	s.appended = false
 	s.mu.Unlock()
 }
 
@@ -32,6 +44,7 @@ func (s *memSpool) release() {
 
 func (s *memSpool) Append(p []byte) (uint64, error) {
 	s.mu.Lock()
+	s.appended = true
 	s.records = append(s.records, append([]byte(nil), p...))
 	n := uint64(len(s.records))
 	held := s.held
@@ -74,10 +87,16 @@ func (s *memSpool) Release(upTo uint64) error {
 
 func (s *memSpool) Sync() error { return nil }
 
+// errReplayAfterAppend is spool.ErrReplay's counterpart.
+var errReplayAfterAppend = errors.New("memSpool: Replay after Append")
+
 func (s *memSpool) Replay(fn func(uint64, []byte) error) error {
 	s.mu.Lock()
-	from := s.released
+	from, appended := s.released, s.appended
 	s.mu.Unlock()
+	if appended {
+		return errReplayAfterAppend
+	}
 	_, err := s.Read(from, 1<<30, fn)
 	return err
 }

@@ -21,17 +21,43 @@ type RecoverSpool interface {
 
 // Recovery is what Recover found and did.
 type Recovery struct {
+	// Mark is the ledger's export mark of this node when recovery began:
+	// the spool position it had billed up to.
+	Mark        uint64
 	Replayed    int            // records in the spool not yet released
 	OpenCommits int            // commit entries no usage record closed: billed at their quote
 	OpenUnits   core.CostUnits // what those bills came to
 	Leases      int            // this node's active leases released
 	Returned    core.CostUnits // units those releases credited back
-	Unaccounted int            // leases whose release the ledger refused (left to forfeiture)
+	// Restored and RestoredUnits: leases of this node forfeited while it
+	// was away (past their expiry and grace) that its spool, whole,
+	// accounts for: released, their unspent units back from loss.
+	Restored      int
+	RestoredUnits core.CostUnits
+	// Forfeited and ForfeitedUnits: forfeited leases left as they are,
+	// because the spool was cut at open or numbered on (Options.SpoolCut):
+	// records it lost may have spent what their remainder holds.
+	Forfeited      int
+	ForfeitedUnits core.CostUnits
+	Unaccounted    int // leases whose release the ledger refused (left to forfeiture)
 	// Holes counts empty records appended because the spool ended before
 	// the ledger's export mark (its last records were cut after they were
 	// billed): see fillToMark.
 	Holes        uint64
 	ExportFailed bool
+}
+
+// RecoverOptions say how Recover runs.
+type RecoverOptions struct {
+	// Holder is the name this node's leases and export mark are kept
+	// under (ledger.Incarnation.Holder).
+	Holder string
+	Now    int64
+	// SpoolCut says the spool dropped a damaged or torn tail when it
+	// opened: it may not hold every record its node acknowledged, so
+	// forfeited leases are not restored from it (active ones are released
+	// as always: a crash's torn write held nothing acknowledged).
+	SpoolCut bool
 }
 
 // MaxHoles bounds fillToMark: a spool that ends further than this before
@@ -44,11 +70,8 @@ const MaxHoles = 1 << 20
 // (a torn tail cut on open, a quarantine). Without them the records the
 // node appends next would take numbers the mark covers, and never be
 // billed. The holes bill nothing and are durable before the node serves.
-func fillToMark(ctx context.Context, store ledger.Store, sp RecoverSpool, node string) (uint64, error) {
-	mark, err := store.ExportMark(ctx, node)
-	if err != nil {
-		return 0, err
-	}
+// It runs after the spool's replay: Replay comes before any Append.
+func fillToMark(sp RecoverSpool, node string, mark uint64) (uint64, error) {
 	end := sp.Durable()
 	if mark <= end {
 		return 0, nil
@@ -64,31 +87,44 @@ func fillToMark(ctx context.Context, store ledger.Store, sp RecoverSpool, node s
 	return mark - end, sp.Sync()
 }
 
-// Recover reconciles, before a node serves, the leases it held when it
+// Recover is RecoverWith for holder at now, from a spool that opened whole.
+func Recover(ctx context.Context, store ledger.Store, sp RecoverSpool, ex *Exporter, holder string, now int64) (Recovery, error) {
+	return RecoverWith(ctx, store, sp, ex, RecoverOptions{Holder: holder, Now: now})
+}
+
+// RecoverWith reconciles, before a node serves, the leases it held when it
 // stopped — cleanly or not — from its own spool, so a node that comes
 // back forfeits nothing:
 //
-//  1. every usage record in the spool is billed (the exporter);
-//  2. every commit entry no usage record closed — work that started and
+//  1. the spool is replayed (before anything is appended to it), and
+//     numbered on to the ledger's export mark if it ends before it;
+//  2. every usage record in the spool is billed (the exporter);
+//  3. every commit entry no usage record closed — work that started and
 //     whose end this node never saw — is billed at its quote, through a
 //     usage record spooled and made durable first, so a crash during
 //     recovery repeats nothing;
-//  3. every lease the ledger says this node (holder) still holds is
-//     released with exactly what it has not been billed: Granted − Used.
+//  4. every lease the ledger says this node (Holder) still holds is
+//     released with exactly what it has not been billed: Granted − Used;
+//     one forfeited while the node was away is restored the same way
+//     (the units come back from loss), unless the spool was cut.
 //
 // Leases of a node that never returns are forfeited after expiry + grace
 // by the ledger's maintenance (the seed's rule); this is the case where
 // the node does return. A lease with no holder (written before leases
 // named one) is taken to be this node's: one ledger file served one node.
-func Recover(ctx context.Context, store ledger.Store, sp RecoverSpool, ex *Exporter, holder string, now int64) (Recovery, error) {
+// A new incarnation of the node's id (an empty data directory) holds
+// none of its predecessor's leases under its own Holder, so it releases
+// and restores nothing of theirs.
+func RecoverWith(ctx context.Context, store ledger.Store, sp RecoverSpool, ex *Exporter, o RecoverOptions) (Recovery, error) {
 	var r Recovery
-	holes, err := fillToMark(ctx, store, sp, ex.node)
+	mark, err := store.ExportMark(ctx, ex.node)
 	if err != nil {
-		return r, fmt.Errorf("numbering the spool on to the export mark: %w", err)
+		return r, err
 	}
-	r.Holes = holes
+	r.Mark = mark
 	open := make(map[[16]byte]record.Record) // by event id: a commit and its bill share it
 	var order [][16]byte
+	holes := 0
 	err = sp.Replay(func(seq uint64, payload []byte) error {
 		r.Replayed++
 		rec, err := record.Decode(payload)
@@ -105,16 +141,31 @@ func Recover(ctx context.Context, store ledger.Store, sp RecoverSpool, ex *Expor
 			open[id] = rec
 		case record.Usage:
 			delete(open, id)
+		case record.Hole:
+			holes++
 		}
 		return nil
 	})
 	if err != nil {
 		return r, err
 	}
+	if r.Holes, err = fillToMark(sp, ex.node, mark); err != nil {
+		return r, fmt.Errorf("numbering the spool on to the export mark: %w", err)
+	}
 	if err := ex.Export(ctx); err != nil {
 		r.ExportFailed = true
 		return r, fmt.Errorf("billing the spool: %w", err)
 	}
+	if err := billOpenCommits(ctx, sp, ex, open, order, o.Now, &r); err != nil {
+		return r, err
+	}
+	whole := !o.SpoolCut && r.Holes == 0 && holes == 0
+	return r, settleLeases(ctx, store, o, whole, &r)
+}
+
+// billOpenCommits bills, at their quote, the commit entries no usage
+// record closed, in the order they were journaled.
+func billOpenCommits(ctx context.Context, sp RecoverSpool, ex *Exporter, open map[[16]byte]record.Record, order [][16]byte, now int64, r *Recovery) error {
 	var buf []byte
 	for _, id := range order {
 		rec, ok := open[id]
@@ -124,41 +175,58 @@ func Recover(ctx context.Context, store ledger.Store, sp RecoverSpool, ex *Expor
 		rec.Usage.OccurredAt = now // it lapsed here: the node never saw it end
 		buf = record.Append(buf[:0], &rec)
 		if _, err := sp.Append(buf); err != nil {
-			return r, fmt.Errorf("spooling an open commit's bill: %w", err)
+			return fmt.Errorf("spooling an open commit's bill: %w", err)
 		}
 		r.OpenCommits++
 		r.OpenUnits += rec.Usage.Units
 	}
-	if r.OpenCommits > 0 {
-		if err := sp.Sync(); err != nil {
-			return r, err
-		}
-		if err := ex.Export(ctx); err != nil {
-			r.ExportFailed = true
-			return r, fmt.Errorf("billing open commits: %w", err)
-		}
+	if r.OpenCommits == 0 {
+		return nil
 	}
-	leases, err := store.Leases(ctx, true)
-	if err != nil {
-		return r, err
+	if err := sp.Sync(); err != nil {
+		return err
+	}
+	if err := ex.Export(ctx); err != nil {
+		r.ExportFailed = true
+		return fmt.Errorf("billing open commits: %w", err)
+	}
+	return nil
+}
+
+// settleLeases releases the node's active leases and, when its spool is
+// whole, restores its forfeited ones, each with Granted − Used: the spool
+// has been billed, so that is exactly what the node did not spend.
+func settleLeases(ctx context.Context, store ledger.Store, o RecoverOptions, whole bool, r *Recovery) error {
+	var leases []ledger.Lease
+	for _, holder := range []string{o.Holder, ""} {
+		held, err := store.LeasesOf(ctx, holder)
+		if err != nil {
+			return err
+		}
+		leases = append(leases, held...)
 	}
 	for _, l := range leases {
-		if l.Holder != holder && l.Holder != "" {
+		unspent := l.Granted - min(l.Used, l.Granted)
+		forfeited := l.State == ledger.LeaseReclaimed
+		if forfeited && !whole {
+			r.Forfeited++
+			r.ForfeitedUnits += unspent
 			continue
 		}
-		unspent := l.Granted - min(l.Used, l.Granted)
-		err := store.Release(ctx, l.ID, l.Token, unspent, now)
+		err := store.Release(ctx, l.ID, l.Token, unspent, o.Now)
 		switch {
+		case err == nil && forfeited:
+			r.Restored++
+			r.RestoredUnits += unspent
 		case err == nil:
 			r.Leases++
 			r.Returned += unspent
 		case errors.Is(err, ledger.ErrLeaseNotActive):
-			// Forfeited meanwhile by maintenance (another process, or a
-			// node down past expiry + grace): nothing to return.
+			// Released since it was listed: nothing to return.
 		default:
 			r.Unaccounted++
 			invariant.Violated(invariant.RecoveryMismatch, fmt.Sprintf("releasing lease %d of %s: %v", l.ID, l.Account, err))
 		}
 	}
-	return r, nil
+	return nil
 }

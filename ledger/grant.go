@@ -129,7 +129,8 @@ func ValidateGrant(want core.CostUnits, ttl, now int64) error {
 // changes nothing (not even the rollover, which the next call repeats).
 // Otherwise every chain account pays the grant, allowance first, and holds
 // it as Outstanding; the lease takes the leaf's next fencing token. The
-// evidence is computed after the transition, for grants and refusals.
+// evidence is computed after the transition, for grants and refusals. The
+// lease keeps NoGrace: the store sets the holder's (GraceOf).
 func Acquire(an Ancestry, id uint64, holder string, want, need core.CostUnits, ttl, now int64) (LeaseRecord, Evidence, error) {
 	if err := ValidateGrant(want, ttl, now); err != nil {
 		return LeaseRecord{}, Evidence{}, err
@@ -176,7 +177,7 @@ func Acquire(an Ancestry, id uint64, holder string, want, need core.CostUnits, t
 		n[0].NextToken++
 		rec = LeaseRecord{
 			Lease: Lease{ID: id, Account: leaf.ID, Holder: holder, Token: token, Granted: g,
-				State: LeaseActive, GrantedAt: now, ExpiresAt: now + ttl},
+				State: LeaseActive, GrantedAt: now, ExpiresAt: now + ttl, Grace: NoGrace},
 			Funding: make([]Funding, len(chain)),
 		}
 		for i, a := range chain {

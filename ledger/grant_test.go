@@ -71,7 +71,7 @@ func TestAcquireDebitsEveryFunderAllowanceFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := LeaseRecord{
-		Lease: Lease{ID: 7, Account: "agent", Holder: "node-a", Token: 1, Granted: 150, State: LeaseActive, GrantedAt: t0, ExpiresAt: t0 + 60e9},
+		Lease: Lease{ID: 7, Account: "agent", Holder: "node-a", Token: 1, Granted: 150, State: LeaseActive, GrantedAt: t0, ExpiresAt: t0 + 60e9, Grace: NoGrace},
 		Funding: []Funding{
 			{Account: "agent", TopUp: 150},
 			{Account: "org", Allowance: 100, TopUp: 50, PeriodStart: utc(2026, 3, 10, 0, 0)},

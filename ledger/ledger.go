@@ -117,7 +117,7 @@ type LeaseState uint8
 
 const (
 	LeaseActive    LeaseState = iota + 1
-	LeaseReleased             // returned by its holder; unspent units credited
+	LeaseReleased             // returned by its holder; unspent units credited (also after a forfeit: see Release)
 	LeaseReclaimed            // expired unreleased; remainder forfeited as loss
 )
 
@@ -134,6 +134,11 @@ type Lease struct {
 	State     LeaseState
 	GrantedAt int64
 	ExpiresAt int64 // usable until ExpiresAt; reclaimable after ExpiresAt + grace
+	// Grace is its holder's --lease-grace when it was granted (the
+	// holder's Incarnation.Grace), or NoGrace: it is forfeited Grace after
+	// ExpiresAt by whichever node reclaims it, so a dead node's leases
+	// keep the grace it chose (ReclaimableAt).
+	Grace int64
 }
 
 // Evidence is what the ledger attests about an account's funding at a grant
@@ -373,7 +378,9 @@ type Store interface {
 
 	// Acquire grants holder a new lease of up to want units (at least need
 	// when the balance can fund it), usable for ttl. A refusal is a
-	// *Refusal.
+	// *Refusal. The lease keeps the grace the holder's incarnation
+	// registered (Incarnate) if holder is the node's current incarnation,
+	// NoGrace otherwise (GraceOf).
 	Acquire(ctx context.Context, id core.AccountID, holder string, want, need core.CostUnits, ttl, now int64) (Lease, Evidence, error)
 	// Extend grows an active lease by up to want more units (need when the
 	// balance can fund it; none when it cannot, which is not an error) and
@@ -383,15 +390,24 @@ type Store interface {
 	// changes nothing; a lease whose funders moved to a new budget period
 	// since its grant is ErrPeriodEnded (acquire a successor instead).
 	Extend(ctx context.Context, leaseID, token uint64, want, need core.CostUnits, ttl, now int64) (Lease, Evidence, error)
-	// Release credits unspent (≤ Granted − Used) and ends the lease.
+	// Release credits unspent (≤ Granted − Used) and ends the lease. A
+	// lease already forfeited (Reclaim) is restored the same way: its
+	// holder, which alone knows the token, was alive and out of reach of
+	// the ledger, and unspent comes back out of Loss (see ledger.Release).
 	Release(ctx context.Context, leaseID, token uint64, unspent core.CostUnits, now int64) error
-	// Reclaim ends up to limit active leases past ExpiresAt+grace, oldest
-	// first, forfeiting each remainder as loss. It reports how many.
+	// Reclaim ends up to limit active leases past their ReclaimableAt
+	// (ExpiresAt + the lease's own Grace, or + grace for a lease that
+	// keeps none), earliest first, forfeiting each remainder as loss. It
+	// reports how many.
 	Reclaim(ctx context.Context, now, grace int64, limit int) (int, error)
 	// Rollover moves up to limit accounts whose period ended into the
 	// current one, exactly once per boundary.
 	Rollover(ctx context.Context, now int64, limit int) (int, error)
 	Leases(ctx context.Context, active bool) ([]Lease, error)
+	// LeasesOf lists the leases holder still answers for, in id order: its
+	// active ones and those forfeited and not restored (state
+	// LeaseReclaimed), which its Release restores.
+	LeasesOf(ctx context.Context, holder string) ([]Lease, error)
 	// ListLeases pages through every lease (or only the active ones) in id
 	// order.
 	ListLeases(ctx context.Context, active bool, p Page) (leases []Lease, next string, err error)
@@ -407,6 +423,17 @@ type Store interface {
 	// ExportMark is node's export mark: the last spool sequence its
 	// settlements covered (0 before its first).
 	ExportMark(ctx context.Context, node string) (uint64, error)
+
+	// Incarnate records a start of node, in one transaction, and returns
+	// the incarnation it starts as (the rules: ledger.Incarnate). spool is
+	// the incarnation its data directory's spool belongs to, 0 for an
+	// empty data directory; grace is the node's --lease-grace, which the
+	// leases it acquires from now on keep. A refusal is an
+	// *IncarnationError and changes nothing.
+	Incarnate(ctx context.Context, node string, spool uint64, grace, now int64) (Incarnation, error)
+	// Incarnations lists the current incarnation of every node id the
+	// ledger knows, in id order.
+	Incarnations(ctx context.Context) ([]Incarnation, error)
 	// ForgetEvents drops the ids of up to limit events ingested before
 	// before, oldest first, and reports how many: an id forgotten is new
 	// again to Ingest. Ingest remembers every id until then, so the

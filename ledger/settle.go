@@ -20,19 +20,28 @@ import (
 //   - the gap Granted − Used − unspent becomes Loss: provisional, since late
 //     usage of the lease converts it into Settled (SettleLease).
 //
-// A lease that is not active is ErrLeaseNotActive; a token that does not
-// match is ErrFenced (nothing changes and the lease stays reclaimable);
-// unspent above Granted − Used is ErrInvalid.
+// A lease that was forfeited (Reclaim) is restored: its holder releasing it
+// was alive, out of reach of the ledger past the lease's expiry and grace,
+// and knows exactly what it did not spend; its forfeit moved
+// Granted − Used to Loss, so unspent comes back out of Loss, credited as
+// above, and the rest stays provisional loss for the holder's late usage.
+// The lease ends released either way. A lease already released is
+// ErrLeaseNotActive; a token that does not match is ErrFenced (nothing
+// changes and the lease stays reclaimable); unspent above
+// Granted − Used is ErrInvalid.
 func Release(rec *LeaseRecord, funders []*Account, token uint64, unspent core.CostUnits, now int64) error {
-	if rec.State != LeaseActive {
+	if rec.State != LeaseActive && rec.State != LeaseReclaimed {
 		return fmt.Errorf("%w: lease %d", ErrLeaseNotActive, rec.ID)
 	}
 	if token != rec.Token {
 		return fmt.Errorf("%w: lease %d has token %d, not %d", ErrFenced, rec.ID, rec.Token, token)
 	}
 	left, err := rec.Granted.Sub(rec.Used)
+	if err == nil {
+		left, err = left.Sub(rec.Credited) // 0 for an active or forfeited lease
+	}
 	if err != nil {
-		return fmt.Errorf("%w: lease %d used %d of %d", ErrNotConserved, rec.ID, rec.Used, rec.Granted)
+		return fmt.Errorf("%w: lease %d used %d and credited %d of %d", ErrNotConserved, rec.ID, rec.Used, rec.Credited, rec.Granted)
 	}
 	if unspent > left {
 		return fmt.Errorf("%w: lease %d has %d units left, cannot return %d", ErrInvalid, rec.ID, left, unspent)
@@ -40,6 +49,7 @@ func Release(rec *LeaseRecord, funders []*Account, token uint64, unspent core.Co
 	if err := matchFunders(rec, funders); err != nil {
 		return err
 	}
+	forfeited := rec.State == LeaseReclaimed
 	gap := left - unspent
 	err = transact(funders, func(n []Account) error {
 		for i := range n {
@@ -47,25 +57,21 @@ func Release(rec *LeaseRecord, funders []*Account, token uint64, unspent core.Co
 			if _, err := RollOver(a, now); err != nil {
 				return err
 			}
-			if err := subFrom(&a.Outstanding, left); err != nil {
-				return err
+			if forfeited {
+				// The forfeit took left out of Outstanding into Loss: the
+				// holder's unspent part comes back out of Loss.
+				if err := subFrom(&a.Loss, unspent); err != nil {
+					return err
+				}
+			} else {
+				if err := subFrom(&a.Outstanding, left); err != nil {
+					return err
+				}
+				if err := addAll(gap, &a.Loss); err != nil {
+					return err
+				}
 			}
-			allowanceLeft := f.Allowance - min(rec.Used, f.Allowance)
-			toAllowance := min(unspent, allowanceLeft)
-			back := core.CostUnits(0)
-			if a.Budget.Period != PeriodNone && a.PeriodStart == f.PeriodStart && a.AllowanceLeft < a.Budget.Allowance {
-				back = min(toAllowance, a.Budget.Allowance-a.AllowanceLeft)
-			}
-			if err := Repay(a, &a.AllowanceLeft, back); err != nil {
-				return err
-			}
-			if err := addAll(toAllowance-back, &a.Expired); err != nil {
-				return err
-			}
-			if err := Repay(a, &a.TopUpLeft, unspent-toAllowance); err != nil {
-				return err
-			}
-			if err := addAll(gap, &a.Loss); err != nil {
+			if err := credit(a, f, rec.Used, unspent); err != nil {
 				return err
 			}
 		}
@@ -78,10 +84,30 @@ func Release(rec *LeaseRecord, funders []*Account, token uint64, unspent core.Co
 	return nil
 }
 
+// credit returns unspent units of a lease (whose usage so far is used) to
+// its funder a, which paid f: allowance part first — to AllowanceLeft while
+// a is in the period f was paid from, up to the budget, the rest Expired —
+// then top-ups; debt is repaid first (Repay).
+func credit(a *Account, f Funding, used, unspent core.CostUnits) error {
+	allowanceLeft := f.Allowance - min(used, f.Allowance)
+	toAllowance := min(unspent, allowanceLeft)
+	back := core.CostUnits(0)
+	if a.Budget.Period != PeriodNone && a.PeriodStart == f.PeriodStart && a.AllowanceLeft < a.Budget.Allowance {
+		back = min(toAllowance, a.Budget.Allowance-a.AllowanceLeft)
+	}
+	if err := Repay(a, &a.AllowanceLeft, back); err != nil {
+		return err
+	}
+	if err := addAll(toAllowance-back, &a.Expired); err != nil {
+		return err
+	}
+	return Repay(a, &a.TopUpLeft, unspent-toAllowance)
+}
+
 // Forfeit reclaims the active lease rec after its expiry: for each funder,
 // Outstanding drops by Granted − Used and the same amount becomes Loss.
 // Nothing is credited. Whether the lease is past its grace is the caller's
-// decision (Reclaim selects by expiry).
+// decision (Reclaim selects by ReclaimableAt).
 func Forfeit(rec *LeaseRecord, funders []*Account) error {
 	if rec.State != LeaseActive {
 		return fmt.Errorf("%w: lease %d", ErrLeaseNotActive, rec.ID)

@@ -126,6 +126,48 @@ func TestForfeitAndLateUsage(t *testing.T) {
 	}
 }
 
+// TestReleaseRestoresAForfeitedLease: the holder of a lease forfeited while
+// it could not reach the ledger releases it when it can: what it did not
+// spend comes back out of loss, credited as a release credits it, and the
+// rest stays loss for its late usage. Once restored, it is released.
+func TestReleaseRestoresAForfeitedLease(t *testing.T) {
+	org, rec := funded(t)
+	settle(t, rec, org, 30)
+	if err := Forfeit(rec, []*Account{org}); err != nil {
+		t.Fatal(err)
+	}
+	wantMoney(t, org, money{Deposited: 500, TopUpLeft: 200, Settled: 30, Loss: 270})
+	before, lease := *org, *rec
+	for _, c := range []struct {
+		token   uint64
+		unspent core.CostUnits
+		err     error
+	}{{2, 0, ErrFenced}, {1, 271, ErrInvalid}} {
+		if err := Release(rec, []*Account{org}, c.token, c.unspent, t0+1); !errors.Is(err, c.err) {
+			t.Fatalf("token %d unspent %d: %v, want %v", c.token, c.unspent, err, c.err)
+		}
+	}
+	if !reflect.DeepEqual(*org, before) || !reflect.DeepEqual(*rec, lease) {
+		t.Fatal("a refused restoration changed something")
+	}
+	// The holder spent 50 more (not yet settled) and returns 220.
+	if err := Release(rec, []*Account{org}, rec.Token, 220, t0+1); err != nil {
+		t.Fatal(err)
+	}
+	wantMoney(t, org, money{Deposited: 500, AllowanceLeft: 70, TopUpLeft: 350, Settled: 30, Loss: 50})
+	if rec.State != LeaseReleased || rec.Credited != 220 {
+		t.Fatalf("lease %+v", rec)
+	}
+	settle(t, rec, org, 50) // its late usage takes the rest of the loss
+	wantMoney(t, org, money{Deposited: 500, AllowanceLeft: 70, TopUpLeft: 350, Settled: 80})
+	if ok, err := SettleLease(rec, []*Account{org}, usage(rec, 1)); ok || err != nil {
+		t.Fatalf("usage beyond what was not returned: %v %v", ok, err)
+	}
+	if err := Release(rec, []*Account{org}, rec.Token, 0, t0+1); !errors.Is(err, ErrLeaseNotActive) {
+		t.Fatalf("second restoration: %v", err)
+	}
+}
+
 func TestSettleLeaseRejectsWhatDoesNotBelong(t *testing.T) {
 	org, rec := funded(t)
 	for _, u := range []Usage{

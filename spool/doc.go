@@ -52,6 +52,8 @@
 //	LOCK                      empty; held with flock(LOCK_EX) while open
 //	RELEASED                  the released mark (below)
 //	RELEASED.tmp              transient, while the mark is being replaced
+//	OWNER                     the owner label SetOwner stored (owner.go), if any
+//	OWNER.tmp                 transient, while the owner is being replaced
 //	00000000000000000001.seg  segment files, named by the sequence number of
 //	00000000000000052113.seg  their first record, 20 decimal digits so that
 //	...                       names sort in sequence order

@@ -125,6 +125,14 @@ func rebuild(dir, stage string, want *Report) (uint64, error) {
 	if err := os.Mkdir(stage, 0o700); err != nil {
 		return 0, fmt.Errorf("spool: %w", err)
 	}
+	// The records keep their owner: the rebuilt spool is the same node's.
+	if owner, err := readOwner(dir); err != nil {
+		return 0, err
+	} else if owner != "" {
+		if err := writeFileSynced(filepath.Join(stage, ownerName), []byte(owner+"\n")); err != nil {
+			return 0, err
+		}
+	}
 	if want.Released > 0 {
 		d, err := os.Open(stage)
 		if err != nil {

@@ -90,6 +90,7 @@ type Spool struct {
 	relMu sync.Mutex // serialises Release (and Close against it)
 
 	dropped Dropped // what Open cut from a torn tail; set before the flusher starts, then read-only
+	owner   string  // the label SetOwner stored (owner.go); guarded by mu
 
 	readMu sync.Mutex // serialises Read and Replay; guards rd
 	rd     reader
@@ -122,6 +123,12 @@ func Open(dir string, opts Options) (*Spool, error) {
 		return nil, fmt.Errorf("spool: open dir: %w", err)
 	}
 	var arc []archived
+	owner, err := readOwner(dir)
+	if err != nil {
+		dirFile.Close()
+		unlockDir(lock)
+		return nil, err
+	}
 	rec, err := recoverDir(dir, dirFile, opts.ArchiveDir)
 	if err == nil && opts.ArchiveDir != "" {
 		var pruned int
@@ -154,6 +161,7 @@ func Open(dir string, opts Options) (*Spool, error) {
 		segAlloc: rec.alloc,
 		segs:     rec.segs,
 		arc:      arc,
+		owner:    owner,
 	}
 	s.cond.L = &s.mu
 	s.durable.Store(rec.next - 1)

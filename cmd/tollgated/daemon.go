@@ -29,6 +29,7 @@ import (
 	"github.com/tollgated/tollgated/fleet"
 	"github.com/tollgated/tollgated/httploop"
 	"github.com/tollgated/tollgated/ledger"
+	"github.com/tollgated/tollgated/ledger/pgstore"
 	"github.com/tollgated/tollgated/node"
 	"github.com/tollgated/tollgated/shard"
 	"github.com/tollgated/tollgated/spool"
@@ -61,11 +62,19 @@ type daemon struct {
 	followFrom uint64
 	changeLag  prometheus.Histogram
 	refreshes  *prometheus.CounterVec // funds refreshes by kind and result
-	nodeID     string                 // the billed-event stream's source
+	nodeID     string                 // the billed-event stream's source: the incarnation's holder name
 	// storage is the spool's health as the shards read it (storage.go).
 	storage *shard.Storage
 	// ports hold the data-plane and admin ports (claim.go) until close.
 	ports addressClaims
+	// Identity (identity.go): this start's incarnation, its claim on its
+	// node id on PostgreSQL, and where a lost claim is reported.
+	inc     ledger.Incarnation
+	claimed *pgstore.Claim
+	failed  chan error
+	// droppedRecords is what recovery found the spool's cut tail held
+	// (reportSpoolRecovery): the metric says what the WARN said.
+	droppedRecords uint64
 }
 
 // startDaemon brings tollgated up in dependency order; on any failure it
@@ -99,7 +108,8 @@ func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err 
 	if err != nil {
 		return nil, err
 	}
-	d := &daemon{log: log, grace: cfg.shutdownGrace, stop: make(chan struct{}), done: make(chan struct{}), out: out, ports: ports}
+	d := &daemon{log: log, grace: cfg.shutdownGrace, stop: make(chan struct{}), done: make(chan struct{}), out: out,
+		ports: ports, failed: make(chan error, 1)}
 	defer func() {
 		if err != nil {
 			d.close()
@@ -124,14 +134,15 @@ func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err 
 		}
 		log.Warn().Msg("demo account \"demo\" provisioned with --demo-key (for trying tollgated, not for production keys)")
 	}
-	nodeID, err := nodeIdentity(cfg)
-	if err != nil {
+	if err := d.openSpool(cfg); err != nil {
 		return nil, err
 	}
-	if err := d.openSpool(cfg, nodeID); err != nil {
+	if err := d.establishIdentity(ctx, cfg); err != nil {
 		return nil, err
 	}
-	if err := d.recover(ctx, nodeID); err != nil {
+	holder := d.inc.Holder()
+	d.newExporter(holder)
+	if _, err := d.recover(ctx, holder); err != nil {
 		return nil, err
 	}
 	var prov atomic.Pointer[control.Provisioner]
@@ -145,7 +156,7 @@ func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err 
 		Plane: control.Config{
 			Store: d.store, Spool: d.noted, Appended: d.spool.Stats().Appended,
 			IsFull: func(err error) bool { return errors.Is(err, spool.ErrFull) },
-			Holder: nodeID, Lease: control.LeaseConfig{TTL: cfg.leaseTTL}, Claims: d.claims,
+			Holder: holder, Lease: control.LeaseConfig{TTL: cfg.leaseTTL}, Claims: d.claims,
 			FundingChanged: func(ids []core.AccountID) {
 				if p := prov.Load(); p != nil {
 					p.UsageChanged(ids)
@@ -226,7 +237,7 @@ func pickCPUs(cfg config, log zerolog.Logger) ([]int, error) {
 
 // openSpool opens the usage spool and counts what a previous run left in
 // it; the exporter bills that first.
-func (d *daemon) openSpool(cfg config, nodeID string) error {
+func (d *daemon) openSpool(cfg config) error {
 	// Durable usage wakes the plane (answers wait on it), not the exporter:
 	// the exporter runs on its interval, in big batches.
 	noted := &notedSpool{}
@@ -254,12 +265,10 @@ func (d *daemon) openSpool(cfg config, nodeID string) error {
 	}
 	noted.Spool = s
 	d.spool, d.noted = s, noted
-	d.nodeID = nodeID
 	if st := s.Stats(); st.Pruned > 0 {
 		d.log.Warn().Uint64("segments", st.Pruned).Uint64("oldest", st.Oldest).
 			Msg("billed-event archive: dropped segments that no longer join up with the spool (it was rebuilt); GET /v1/events starts after them")
 	}
-	d.reportSpoolRecovery()
 	replayed := 0
 	if err := s.Replay(func(uint64, []byte) error { replayed++; return nil }); err != nil {
 		return fmt.Errorf("replaying the usage spool: %w", err)
@@ -267,35 +276,62 @@ func (d *daemon) openSpool(cfg config, nodeID string) error {
 	if replayed > 0 {
 		d.log.Info().Int("events", replayed).Msg("usage spool replayed; billing it")
 	}
-	d.exporter = control.NewExporter(noted, d.store, nodeID, exportBatch)
-	d.exported.Store(d.exporter)
-	d.claims = control.NewPostPaidClaims()
-	d.exporter.Claims = d.claims
-	d.exporter.Resume(s.Stats().Released)
 	return nil
 }
 
-// recover bills what the spool holds and releases the leases this node
-// held when it last stopped, before anything serves (control.Recover): a
+// newExporter makes the exporter that bills the spool as holder (the
+// incarnation's name: its export mark is kept under it).
+func (d *daemon) newExporter(holder string) {
+	d.nodeID = holder
+	d.exporter = control.NewExporter(d.noted, d.store, holder, exportBatch)
+	d.exported.Store(d.exporter)
+	d.claims = control.NewPostPaidClaims()
+	d.exporter.Claims = d.claims
+	d.exporter.Resume(d.spool.Stats().Released)
+}
+
+// recover bills what the spool holds and releases the leases holder held
+// when it last stopped, before anything serves (control.RecoverWith): a
 // node that comes back after kill -9 forfeits nothing.
-func (d *daemon) recover(ctx context.Context, nodeID string) error {
-	r, err := control.Recover(ctx, d.store, d.spool, d.exporter, nodeID, time.Now().UnixNano())
+func (d *daemon) recover(ctx context.Context, holder string) (control.Recovery, error) {
+	cut := d.spool.Dropped().Bytes > 0
+	r, err := control.RecoverWith(ctx, d.store, d.spool, d.exporter, control.RecoverOptions{Holder: holder, Now: time.Now().UnixNano(), SpoolCut: cut})
 	if err != nil {
-		return fmt.Errorf("recovering this node's leases: %w", err)
+		return r, fmt.Errorf("recovering this node's leases: %w", err)
 	}
-	if r.Leases > 0 || r.OpenCommits > 0 {
-		d.log.Info().Str("node_id", nodeID).Int("leases_released", r.Leases).Uint64("units_returned", uint64(r.Returned)).
+	if r.Leases > 0 || r.OpenCommits > 0 || r.Restored > 0 {
+		d.log.Info().Str("node", holder).Int("leases_released", r.Leases).Uint64("units_returned", uint64(r.Returned)).
+			Int("forfeited_leases_restored", r.Restored).Uint64("units_restored", uint64(r.RestoredUnits)).
 			Int("open_commits_billed", r.OpenCommits).Uint64("open_commit_units", uint64(r.OpenUnits)).
 			Msg("recovered the leases this node held: billed what its spool holds, returned the rest")
 	}
-	if r.Holes > 0 {
-		d.log.Warn().Str("node_id", nodeID).Uint64("records", r.Holes).
-			Msg("the usage spool ended before what the ledger has billed of it (its last records were lost after they were billed): numbered on past them with empty records")
+	if r.Forfeited > 0 {
+		d.log.Warn().Str("node", holder).Int("leases", r.Forfeited).Uint64("units", uint64(r.ForfeitedUnits)).
+			Msg("leases of this node were forfeited while it was away, and its spool was cut at start: they stay forfeited (their units stay in loss), since the cut records may have spent them (docs/RUNBOOK.md)")
 	}
+	d.reportSpoolRecovery(r)
 	if r.Unaccounted > 0 {
 		d.log.Error().Int("leases", r.Unaccounted).Msg("some leases of this node could not be released; the ledger forfeits them after expiry and grace")
 	}
-	return nil
+	return r, nil
+}
+
+// drainStale bills the spool of a data directory whose incarnation the
+// ledger has replaced, settles that incarnation's leases from it (a whole
+// spool restores its forfeited ones: it holds everything they spent), and
+// refuses to serve: the node id belongs to the newer incarnation.
+func (d *daemon) drainStale(ctx context.Context, cfg config, id string, spoolInc uint64, cur ledger.Incarnation) error {
+	holder := ledger.HolderOf(id, spoolInc)
+	d.newExporter(holder)
+	r, err := d.recover(ctx, holder)
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: this data directory is incarnation %d of node %q, but the ledger's node %q is incarnation %d, started %s on an empty data directory. "+
+		"Billed what this data directory's spool held (%d records) against its own leases (%d released, %d forfeited ones restored, %d units back), and stops: "+
+		"it must not serve under that id. Its usage is billed; remove %s, or give it a new --node-id and an empty data directory (docs/RUNBOOK.md)",
+		errIdentity, spoolInc, id, id, cur.Number, time.Unix(0, cur.StartedAt).UTC().Format(time.RFC3339), r.Replayed, r.Leases, r.Restored,
+		uint64(r.Returned+r.RestoredUnits), cfg.dataDir)
 }
 
 // background runs the exporter and the ledger's maintenance until stop.
@@ -409,6 +445,11 @@ func (d *daemon) close() {
 		if err := d.store.Close(); err != nil {
 			d.log.Error().Err(err).Msg("closing the ledger")
 		}
+	}
+	// The node's id is free for another process once nothing of this
+	// one writes under it.
+	if d.claimed != nil {
+		d.claimed.Release()
 	}
 	// Last: the ports are free for another daemon only once this one
 	// serves nothing and has let go of its data.

@@ -9,7 +9,7 @@ import (
 	"github.com/rs/zerolog"
 )
 
-type daemon struct{}
+type daemon struct{ failed chan error }
 
 // startDaemon refuses: the data plane is an epoll event loop per shard.
 func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (*daemon, error) {

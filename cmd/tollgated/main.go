@@ -128,7 +128,15 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, st
 		log.Error().Err(err).Msg("start failed")
 		return 1
 	}
-	<-stop
+	select {
+	case <-stop:
+	case err := <-d.failed:
+		// Fail-stop: what was acknowledged is on disk, and the safe
+		// shutdown order would write to the ledger under a name another
+		// process now holds.
+		log.Error().Err(err).Msg("stopped without the safe shutdown")
+		return 1
+	}
 	log.Info().Msg("shutting down")
 	d.shutdown()
 	log.Info().Msg("stopped")

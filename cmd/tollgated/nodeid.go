@@ -8,7 +8,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+
+	"github.com/tollgated/tollgated/ledger"
 )
 
 // nodeIDFile keeps the node's id in the data directory, so a node that
@@ -18,40 +21,40 @@ const nodeIDFile = "node-id"
 // maxNodeID bounds a node id (it is stored on every lease).
 const maxNodeID = 64
 
-// nodeIdentity is --node-id, checked against the data directory's: a data
-// directory belongs to one node. Without the flag it is the stored one, or
-// a new random one stored on first start.
-func nodeIdentity(cfg config) (string, error) {
+// storedNodeID is the id the data directory's node-id file holds ("" if
+// there is none), checked against --node-id: a data directory belongs to
+// one node.
+func storedNodeID(cfg config) (string, error) {
 	path := filepath.Join(cfg.dataDir, nodeIDFile)
 	b, err := os.ReadFile(path)
 	switch {
-	case err == nil:
-		stored := strings.TrimSpace(string(b))
-		if err := validNodeID(stored); err != nil {
-			return "", fmt.Errorf("%s: %w", path, err)
-		}
-		if cfg.nodeID != "" && cfg.nodeID != stored {
-			return "", fmt.Errorf("--node-id %q, but the data directory belongs to node %q (%s): a data directory is one node's", cfg.nodeID, stored, path)
-		}
-		return stored, nil
-	case !errors.Is(err, fs.ErrNotExist):
+	case errors.Is(err, fs.ErrNotExist):
+		return "", nil
+	case err != nil:
 		return "", err
 	}
-	id := cfg.nodeID
-	if id == "" {
-		var r [6]byte
-		if _, err := rand.Read(r[:]); err != nil {
-			return "", err
-		}
-		id = "node-" + hex.EncodeToString(r[:])
+	stored := strings.TrimSpace(string(b))
+	if err := validNodeID(stored); err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
 	}
-	if err := validNodeID(id); err != nil {
-		return "", fmt.Errorf("--node-id: %w", err)
+	if cfg.nodeID != "" && cfg.nodeID != stored {
+		return "", fmt.Errorf("--node-id %q, but the data directory belongs to node %q (%s): a data directory is one node's", cfg.nodeID, stored, path)
 	}
-	if err := os.WriteFile(path, []byte(id+"\n"), 0o600); err != nil {
+	return stored, nil
+}
+
+// newNodeID is a random id, for a data directory started without one.
+func newNodeID() (string, error) {
+	var r [6]byte
+	if _, err := rand.Read(r[:]); err != nil {
 		return "", err
 	}
-	return id, nil
+	return "node-" + hex.EncodeToString(r[:]), nil
+}
+
+// storeNodeID writes id into the data directory's node-id file, durably.
+func storeNodeID(cfg config, id string) error {
+	return writeFileDurably(filepath.Join(cfg.dataDir, nodeIDFile), []byte(id+"\n"), 0o600)
 }
 
 func validNodeID(id string) error {
@@ -64,4 +67,24 @@ func validNodeID(id string) error {
 		}
 	}
 	return nil
+}
+
+// The spool's owner label (spool.SetOwner) names the node and the
+// incarnation whose usage the spool holds: "node <id> incarnation <n>".
+// It is how a data directory whose node-id file was lost, replaced or
+// copied is recognised before its spool is billed under another name.
+
+func ownerLabel(inc ledger.Incarnation) string {
+	return "node " + inc.Node + " incarnation " + strconv.FormatUint(inc.Number, 10)
+}
+
+// parseOwner reads an owner label.
+func parseOwner(label string) (node string, n uint64, err error) {
+	f := strings.Fields(label)
+	if len(f) == 4 && f[0] == "node" && f[2] == "incarnation" && validNodeID(f[1]) == nil {
+		if n, err := strconv.ParseUint(f[3], 10, 64); err == nil && n > 0 {
+			return f[1], n, nil
+		}
+	}
+	return "", 0, fmt.Errorf("the usage spool's owner %q is not \"node <id> incarnation <n>\"", label)
 }

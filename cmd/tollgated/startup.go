@@ -15,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/tollgated/tollgated/control"
 	"github.com/tollgated/tollgated/httploop"
 	"github.com/tollgated/tollgated/ledger"
 	"github.com/tollgated/tollgated/spool"
@@ -155,16 +156,35 @@ func (d *daemon) openDataPlane() error {
 }
 
 // reportSpoolRecovery logs, once, what the spool cut from a torn or
-// damaged tail when it opened (spool.Dropped); the metrics count it too.
-func (d *daemon) reportSpoolRecovery() {
+// damaged tail when it opened (spool.Dropped), counted exactly with what
+// recovery found: the tail shows the records whose headers survived, and
+// the ledger's export mark says how many records past the cut it had
+// billed — those existed, and cost nothing now — so the count is exact
+// whenever the cut records were billed or still show. The metrics count
+// the same. A spool numbered on to the mark without a cut (its last
+// records zeroed at a record boundary, or lost in a quarantine) gets a
+// WARN of its own.
+func (d *daemon) reportSpoolRecovery(r control.Recovery) {
 	dr := d.spool.Dropped()
 	if dr.Bytes == 0 {
+		if r.Holes > 0 {
+			d.log.Warn().Uint64("records", r.Holes).Uint64("export_mark", r.Mark).
+				Msg("the usage spool ended before what the ledger has billed of it (its last records were lost after they were billed): numbered on past them with empty records")
+		}
+		d.droppedRecords += r.Holes
 		return
 	}
+	var billed uint64
+	if r.Mark >= dr.FirstSeq {
+		billed = r.Mark - dr.FirstSeq + 1
+	}
+	records := max(dr.Records, billed)
+	d.droppedRecords += records
 	d.log.Warn().Str("file", dr.File).Int64("offset", dr.Offset).Int64("bytes", dr.Bytes).
-		Uint64("records", dr.Records).Uint64("first_seq", dr.FirstSeq).
-		Msg("usage spool: cut a torn or damaged tail at start; the records it held are gone and, unless billed before, never will be. " +
-			"A write cut short by a crash held no acknowledged usage; damage or truncation after the fact may have lost more records than the bytes show (docs/RUNBOOK.md)")
+		Uint64("records", records).Uint64("billed", billed).Uint64("unbilled", records-billed).
+		Uint64("first_seq", dr.FirstSeq).Uint64("export_mark", r.Mark).
+		Msg("usage spool: cut a torn or damaged tail at start. Of the records it held, \"billed\" were billed before and cost nothing; \"unbilled\" are gone and never will be. " +
+			"A write cut short by a crash held no acknowledged usage; damage or truncation after the fact may have lost unbilled records that left no trace (docs/RUNBOOK.md)")
 }
 
 // spoolHint adds the way forward to a spool that refuses to open.

@@ -32,6 +32,10 @@ func runFailingProc(t *testing.T, args ...string) (int, string) {
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), "TOLLGATED_TEST_AS_DAEMON=1", "TOLLGATED_TEST_ARGS="+strings.Join(args, " "),
 		"TOLLGATED_ADMIN_TOKEN="+testAdminToken)
+	if bin := os.Getenv("TOLLGATED_TEST_BINARY"); bin != "" { // another build, as startProc runs it
+		cmd = exec.Command(bin, args...)
+		cmd.Env = append(os.Environ(), "TOLLGATED_ADMIN_TOKEN="+testAdminToken)
+	}
 	var stderr syncBuffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {

@@ -10,7 +10,7 @@ import (
 
 // Check implements ledger.Store: it streams every lease and then every
 // account through ledger.Conservation (L1–L5; a violation wraps
-// ledger.ErrNotConserved), and checks that both indexes hold exactly the
+// ledger.ErrNotConserved), and checks that its indexes hold exactly the
 // entries the records imply (a mismatch wraps ErrCorrupt), keys and admin
 // tokens included. It reads one
 // consistent snapshot and runs beside writers.
@@ -19,6 +19,7 @@ func (s *Store) Check(ctx context.Context) error {
 		c := ledger.NewConservation()
 		expiry := x.bucket(bucketExpiry)
 		active := 0
+		notReleased := map[string]bool{}
 		err := x.bucket(bucketLeases).ForEach(func(k, v []byte) error {
 			rec, err := decodeLease(seqOf(k), v)
 			if err != nil {
@@ -26,6 +27,9 @@ func (s *Store) Check(ctx context.Context) error {
 			}
 			if err := c.Lease(&rec); err != nil {
 				return err
+			}
+			if hk := leaseHeldKey(&rec); hk != nil {
+				notReleased[string(hk)] = true
 			}
 			if ek := leaseExpiryKey(&rec); ek != nil {
 				active++
@@ -40,6 +44,9 @@ func (s *Store) Check(ctx context.Context) error {
 		}
 		if n := expiry.Stats().KeyN; n != active {
 			return fmt.Errorf("%w: expiry index has %d entries for %d active leases", ErrCorrupt, n, active)
+		}
+		if err := checkHeld(x, notReleased); err != nil {
+			return err
 		}
 		due := x.bucket(bucketDue)
 		budgeted := 0

@@ -1,7 +1,8 @@
 package boltstore
 
 // Record encoding. Every value starts with a format byte (recordV1, or
-// recordV2 for accounts and leases, which schema 3 gave a field each), then
+// recordV2 for accounts and leases, which schema 3 gave a field each, or
+// recordV3 for leases, which schema 6 gave their grace), then
 // its fields in a fixed order: unsigned integers (units, ids, tokens,
 // generations, small enums) as uvarints, times as zigzag varints, strings
 // as a uvarint length and the bytes, optional byte slices as length+1 (0
@@ -28,6 +29,7 @@ import (
 const (
 	recordV1 = 1
 	recordV2 = 2 // accounts: + Repaid; leases: + Holder
+	recordV3 = 3 // leases: + Grace
 )
 
 // ErrCorrupt reports a stored record that does not decode.
@@ -222,7 +224,7 @@ func decodeAccount(id []byte, v []byte) (ledger.Account, error) {
 }
 
 func encodeLease(rec *ledger.LeaseRecord) []byte {
-	e := newEncoderV(32+len(rec.Account)+len(rec.Holder)+24*len(rec.Funding), recordV2)
+	e := newEncoderV(40+len(rec.Account)+len(rec.Holder)+24*len(rec.Funding), recordV3)
 	e.string(string(rec.Account))
 	e.uint(rec.Token)
 	e.units(rec.Granted)
@@ -239,11 +241,12 @@ func encodeLease(rec *ledger.LeaseRecord) []byte {
 		e.int(f.PeriodStart)
 	}
 	e.string(rec.Holder)
+	e.int(rec.Grace)
 	return e.b
 }
 
 func decodeLease(id uint64, v []byte) (ledger.LeaseRecord, error) {
-	d := newDecoderUpTo("lease", v, recordV2)
+	d := newDecoderUpTo("lease", v, recordV3)
 	rec := ledger.LeaseRecord{Lease: ledger.Lease{ID: id}}
 	rec.Account = core.AccountID(d.string())
 	rec.Token = d.uint()
@@ -265,8 +268,15 @@ func decodeLease(id uint64, v []byte) (ledger.LeaseRecord, error) {
 	if d.format >= recordV2 {
 		rec.Holder = d.string()
 	}
+	rec.Grace = ledger.NoGrace // granted before leases kept their holder's
+	if d.format >= recordV3 {
+		rec.Grace = d.int()
+	}
 	if err := d.done(); err != nil {
 		return ledger.LeaseRecord{}, fmt.Errorf("lease %d: %w", id, err)
+	}
+	if rec.Grace < ledger.NoGrace {
+		return ledger.LeaseRecord{}, fmt.Errorf("%w: lease %d has grace %d", ErrCorrupt, id, rec.Grace)
 	}
 	return rec, nil
 }

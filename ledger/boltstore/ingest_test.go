@@ -204,10 +204,11 @@ func TestADamagedUsageHistoryDoesNotStopBilling(t *testing.T) {
 	}
 }
 
-// TestSchema4IsUpgradedTo5: a file of schema 4 (usage history one record
-// per event) opens as schema 5 with nothing rewritten, so a schema-4
-// build refuses it afterwards instead of failing on its runs.
-func TestSchema4IsUpgradedTo5(t *testing.T) {
+// TestSchema4IsUpgraded: a file of schema 4 (usage history one record
+// per event) opens as the current schema with its usage records as they
+// were, so a schema-4 build refuses it afterwards instead of failing on
+// its runs.
+func TestSchema4IsUpgraded(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	s, err := Open(path, Options{})
 	if err != nil {
@@ -222,8 +223,8 @@ func TestSchema4IsUpgradedTo5(t *testing.T) {
 	}
 	defer s.Close()
 	err = s.db.View(func(tx *bolt.Tx) error {
-		if got := tx.Bucket(bucketMeta).Get(metaSchema); string(got) != string(u64Key(5)) {
-			t.Errorf("schema %x after the upgrade, want 5", got)
+		if got := tx.Bucket(bucketMeta).Get(metaSchema); string(got) != string(u64Key(schemaVersion)) {
+			t.Errorf("schema %x after the upgrade, want %d", got, schemaVersion)
 		}
 		return nil
 	})

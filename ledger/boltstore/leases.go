@@ -1,10 +1,10 @@
 package boltstore
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
-	"math"
 	"slices"
 
 	"github.com/tollgated/tollgated/core"
@@ -29,6 +29,9 @@ func (s *Store) Acquire(ctx context.Context, id core.AccountID, holder string, w
 			return err
 		}
 		if rec, ev, err = ledger.Acquire(an, leaseID, holder, want, need, ttl, now); err != nil {
+			return err
+		}
+		if rec.Grace, err = x.graceOf(holder); err != nil {
 			return err
 		}
 		x.insertLease(rec)
@@ -85,38 +88,48 @@ func (s *Store) Release(ctx context.Context, leaseID, token uint64, unspent core
 }
 
 // Reclaim implements ledger.Store. It walks the expiry index (active leases
-// by ExpiresAt, then id) from the oldest, so it reads only leases that are
-// due: those with ExpiresAt + grace <= now.
+// by ExpiresAt, then id) from the oldest up to now, so it reads only leases
+// that have expired, and forfeits those past their ReclaimableAt — their
+// own grace, or grace for those that keep none — earliest first.
 func (s *Store) Reclaim(ctx context.Context, now, grace int64, limit int) (n int, err error) {
 	if grace < 0 || limit <= 0 {
 		return 0, fmt.Errorf("%w: reclaim grace %d, limit %d", ledger.ErrInvalid, grace, limit)
 	}
-	if now < math.MinInt64+grace {
-		return 0, nil // nothing can have expired that long ago
-	}
-	cutoff := now - grace // ExpiresAt + grace <= now, without overflow
-	if due, err := s.due(ctx, bucketExpiry, cutoff); !due || err != nil {
+	// Every lease is reclaimable at its expiry or later (graces are not
+	// negative): nothing is due while the oldest expiry is still ahead.
+	if due, err := s.due(ctx, bucketExpiry, now); !due || err != nil {
 		return 0, err
 	}
 	err = s.update(ctx, func(x *txn) error {
-		var due []uint64
+		type dueLease struct {
+			rec *ledger.LeaseRecord
+			at  int64
+		}
+		var due []dueLease
 		c := x.bucket(bucketExpiry).Cursor()
-		for k, _ := c.First(); k != nil && len(due) < limit && keyTime(k) <= cutoff; k, _ = c.Next() {
+		for k, _ := c.First(); k != nil && keyTime(k) <= now; k, _ = c.Next() {
 			if len(k) != 16 {
 				return fmt.Errorf("%w: expiry index key %x", ErrCorrupt, k)
 			}
-			due = append(due, seqOf(k[8:]))
-		}
-		for _, id := range due {
+			id := seqOf(k[8:])
 			rec, err := x.lease(id)
 			if err != nil {
 				return fmt.Errorf("%w: expiry index names lease %d: %w", ErrCorrupt, id, err)
 			}
-			funders, err := x.funders(rec)
+			if at, ok := ledger.ReclaimableAt(&rec.Lease, grace); ok && at <= now {
+				due = append(due, dueLease{rec, at})
+			}
+		}
+		slices.SortFunc(due, func(a, b dueLease) int {
+			return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.rec.ID, b.rec.ID))
+		})
+		due = due[:min(limit, len(due))]
+		for _, d := range due {
+			funders, err := x.funders(d.rec)
 			if err != nil {
 				return err
 			}
-			if err := ledger.Forfeit(rec, funders); err != nil {
+			if err := ledger.Forfeit(d.rec, funders); err != nil {
 				return err
 			}
 		}

@@ -42,10 +42,8 @@ func TestReclaimAtTheEdgesOfTime(t *testing.T) {
 	if n, err := s.Reclaim(ctx, math.MaxInt64, 0, 10); n != 1 || err != nil {
 		t.Fatalf("reclaim the latest: %d, %v", n, err)
 	}
-	for _, l := range []ledger.Lease{early, late} {
-		if err := s.Release(ctx, l.ID, l.Token, 0, t0); err == nil {
-			t.Fatalf("lease %d still active", l.ID)
-		}
+	if active, err := s.Leases(ctx, true); len(active) != 0 || err != nil {
+		t.Fatalf("leases %d and %d reclaimed, still active: %+v, %v", early.ID, late.ID, active, err)
 	}
 	if err := s.Check(ctx); err != nil {
 		t.Fatal(err)

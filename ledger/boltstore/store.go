@@ -61,6 +61,9 @@ import (
 //	tokens    platform token id → token
 //	admintokens admin token id → admin token (the bootstrap one is "bootstrap")
 //	marks     node id → the last spool sequence its settlements covered
+//	          (the holder name of an incarnation: ledger.Incarnation.Holder)
+//	nodes     node id → its current incarnation (incarnations.go)
+//	held      holder ⧺ lease id → nil: leases not released, for LeasesOf
 //	audit     sequence → audit record
 var (
 	bucketMeta     = []byte("meta")
@@ -80,9 +83,12 @@ var (
 	bucketKeyExp   = []byte("keyexpiry")
 	bucketAdmins   = []byte("admintokens")
 	bucketMarks    = []byte("marks")
+	bucketNodes    = []byte("nodes")
+	bucketHeld     = []byte("held")
 
 	allBuckets = [][]byte{bucketMeta, bucketAccounts, bucketDue, bucketChildren, bucketDeposits, bucketLeases, bucketExpiry,
-		bucketEvents, bucketEventAge, bucketUsage, bucketKeys, bucketKeyIndex, bucketKeyExp, bucketTokens, bucketAdmins, bucketAudit, bucketMarks}
+		bucketEvents, bucketEventAge, bucketUsage, bucketKeys, bucketKeyIndex, bucketKeyExp, bucketTokens, bucketAdmins, bucketAudit, bucketMarks,
+		bucketNodes, bucketHeld}
 
 	metaSchema = []byte("schema")
 	metaSecret = []byte("secretfp")
@@ -94,13 +100,15 @@ var (
 // schemaVersion is the layout above; Open upgrades a file of schema 1 (no
 // children or event-age index), 2 (keys without name, expiry or last use;
 // one admin token), 3 (accounts without Repaid, leases without Holder,
-// and debts beside balances) or 4 (usage history one record per event,
-// which schema 5 reads beside its runs: history.go) in the transaction
-// that opens it, and refuses any other. The bump matters: an older build
-// refuses a newer file instead of writing records its indexes miss or its
-// rules would break (for schema 2, finding no admin token and generating a
-// second one; for schema 4, failing on every usage run it reads).
-const schemaVersion = 5
+// and debts beside balances), 4 (usage history one record per event,
+// which schema 5 reads beside its runs: history.go) or 5 (no incarnations,
+// no held index, leases without their grace: incarnations.go) in the
+// transaction that opens it, and refuses any other. The bump matters: an
+// older build refuses a newer file instead of writing records its indexes
+// miss or its rules would break (for schema 2, finding no admin token and
+// generating a second one; for schema 4, failing on every usage run it
+// reads; for schema 5, leases it cannot decode).
+const schemaVersion = 6
 
 // migrateFrom3 settles the debts schemas up to 3 let stand beside a
 // balance: schema 4 repays overage from arriving funds first (ledger.Repay), and
@@ -272,26 +280,23 @@ func Open(path string, opts Options) (*Store, error) {
 			if err := migrateFrom1(tx, time.Now().UnixNano()); err != nil {
 				return fmt.Errorf("boltstore: %s: upgrading schema 1: %w", path, err)
 			}
-			if err := migrateFrom2(tx); err != nil {
-				return fmt.Errorf("boltstore: %s: upgrading schema 2: %w", path, err)
-			}
-			if err := migrateFrom3(tx); err != nil {
-				return fmt.Errorf("boltstore: %s: upgrading schema 3: %w", path, err)
-			}
+			fallthrough
 		case string(schema) == string(u64Key(2)):
 			if err := migrateFrom2(tx); err != nil {
 				return fmt.Errorf("boltstore: %s: upgrading schema 2: %w", path, err)
 			}
-			if err := migrateFrom3(tx); err != nil {
-				return fmt.Errorf("boltstore: %s: upgrading schema 3: %w", path, err)
-			}
+			fallthrough
 		case string(schema) == string(u64Key(3)):
 			if err := migrateFrom3(tx); err != nil {
 				return fmt.Errorf("boltstore: %s: upgrading schema 3: %w", path, err)
 			}
-		case string(schema) == string(u64Key(4)):
-			// Nothing to rewrite: schema 5 reads schema 4's per-event
-			// usage records beside its runs.
+			fallthrough
+		case string(schema) == string(u64Key(4)), string(schema) == string(u64Key(5)):
+			// Schema 5 reads schema 4's per-event usage records beside its
+			// runs: nothing to rewrite for them.
+			if err := migrateFrom5(tx); err != nil {
+				return fmt.Errorf("boltstore: %s: upgrading schema 5: %w", path, err)
+			}
 		case string(schema) != string(u64Key(schemaVersion)):
 			return fmt.Errorf("boltstore: %s has schema %x, this build reads %d", path, schema, schemaVersion)
 		}

@@ -20,6 +20,7 @@ import (
 //
 //	due:    an account with a budget period is indexed by PeriodEnd
 //	expiry: a lease is indexed by ExpiresAt while it is active
+//	held:   a lease is indexed by its holder until it is released
 //
 // Keeping index maintenance here, derived from the records' before and
 // after states, means no call can forget to update an index.
@@ -39,6 +40,7 @@ type cachedLease struct {
 	rec    ledger.LeaseRecord
 	raw    []byte
 	expiry []byte // expiry index key as loaded; nil if not active
+	held   []byte // held index key as loaded; nil if released
 }
 
 func newTxn(tx *bolt.Tx) *txn {
@@ -102,7 +104,7 @@ func (x *txn) lease(id uint64) (*ledger.LeaseRecord, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &cachedLease{rec: rec, raw: bytes.Clone(v), expiry: leaseExpiryKey(&rec)}
+	c := &cachedLease{rec: rec, raw: bytes.Clone(v), expiry: leaseExpiryKey(&rec), held: leaseHeldKey(&rec)}
 	x.leases[id] = c
 	return &c.rec, nil
 }
@@ -145,7 +147,7 @@ func (x *txn) flush() error {
 			return err
 		}
 	}
-	leases, expiry := x.bucket(bucketLeases), x.bucket(bucketExpiry)
+	leases, expiry, held := x.bucket(bucketLeases), x.bucket(bucketExpiry), x.bucket(bucketHeld)
 	for id, c := range x.leases {
 		v := encodeLease(&c.rec)
 		if c.raw != nil && bytes.Equal(v, c.raw) {
@@ -155,6 +157,9 @@ func (x *txn) flush() error {
 			return err
 		}
 		if err := moveIndex(expiry, c.expiry, leaseExpiryKey(&c.rec)); err != nil {
+			return err
+		}
+		if err := moveIndex(held, c.held, leaseHeldKey(&c.rec)); err != nil {
 			return err
 		}
 	}

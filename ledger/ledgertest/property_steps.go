@@ -144,7 +144,7 @@ func (m *machine) acquire(t *rapid.T) {
 func (m *machine) releasable(t *rapid.T, l *modelLease, token uint64, unspent core.CostUnits, err error) bool {
 	t.Helper()
 	switch {
-	case l.state != ledger.LeaseActive:
+	case l.state == ledger.LeaseReleased: // a forfeited lease is restored (ledger.Release)
 		is(t, "not active", err, ledger.ErrLeaseNotActive)
 	case token != l.lease.Token:
 		is(t, "fenced", err, ledger.ErrFenced)

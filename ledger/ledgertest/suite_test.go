@@ -28,6 +28,17 @@ func (b broken) Release(ctx context.Context, id, token uint64, unspent core.Cost
 	if b.bug == "release forfeits" {
 		unspent = 0
 	}
+	if b.bug == "a forfeit is final" {
+		all, err := b.Store.Leases(ctx, false)
+		if err != nil {
+			return err
+		}
+		for _, l := range all {
+			if l.ID == id && l.State == ledger.LeaseReclaimed {
+				return ledger.ErrLeaseNotActive
+			}
+		}
+	}
 	return b.Store.Release(ctx, id, token, unspent, now)
 }
 
@@ -102,6 +113,21 @@ func (b broken) Settle(ctx context.Context, st ledger.Settlement, now int64) (le
 	return b.Store.Settle(ctx, st, now)
 }
 
+func (b broken) Incarnate(ctx context.Context, node string, spool uint64, grace, now int64) (ledger.Incarnation, error) {
+	if b.bug == "an empty data directory takes the incarnation over" && spool == 0 {
+		all, err := b.Store.Incarnations(ctx)
+		if err != nil {
+			return ledger.Incarnation{}, err
+		}
+		for _, i := range all {
+			if i.Node == node {
+				spool = i.Number
+			}
+		}
+	}
+	return b.Store.Incarnate(ctx, node, spool, grace, now)
+}
+
 const bugEnv = "LEDGERTEST_BUG"
 
 // TestBrokenBackend runs the suite against a broken backend; it is the
@@ -128,7 +154,7 @@ func TestSuiteCatchesBrokenBackends(t *testing.T) {
 		t.Skip("runs the suite in child processes")
 	}
 	tests := []string{"Release", "Budgets", "Deposits", "RestartKeepsEverything", "GrantPolicy", "IngestLeaseUsage", "Rollover", "ForgetEvents",
-		"ListAccounts", "KeyExpiry", "KeyRotation", "Settle"}
+		"ListAccounts", "KeyExpiry", "KeyRotation", "Settle", "ReleaseRestoresAForfeitedLease", "Incarnations"}
 	for _, c := range []struct {
 		bug  string
 		fail []string
@@ -144,6 +170,8 @@ func TestSuiteCatchesBrokenBackends(t *testing.T) {
 		{"key expiry ignores limit", []string{"KeyExpiry"}},
 		{"rotation extends the grace", []string{"KeyRotation"}},
 		{"settlement replays", []string{"Settle"}},
+		{"a forfeit is final", []string{"ReleaseRestoresAForfeitedLease"}},
+		{"an empty data directory takes the incarnation over", []string{"Incarnations"}},
 	} {
 		name := cmp.Or(c.bug, "unbroken")
 		t.Run(strings.ReplaceAll(name, " ", "_"), func(t *testing.T) {

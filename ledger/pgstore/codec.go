@@ -67,7 +67,7 @@ func moneyFields(a *ledger.Account) [9]*core.CostUnits {
 }
 
 const leaseColumns = `id, account, holder, token, granted, used, credited, state, granted_at, expires_at,
-	funders, funded_allowance, funded_top_up, funded_period_start`
+	funders, funded_allowance, funded_top_up, funded_period_start, grace`
 
 // scanLease reads one row of leaseColumns.
 func scanLease(row pgx.Row) (ledger.LeaseRecord, error) {
@@ -78,7 +78,7 @@ func scanLease(row pgx.Row) (ledger.LeaseRecord, error) {
 	var funders []string
 	var allowance, topUp, periodStart []int64
 	err := row.Scan(&id, &account, &rec.Holder, &token, &granted, &used, &credited, &state, &rec.GrantedAt, &rec.ExpiresAt,
-		&funders, &allowance, &topUp, &periodStart)
+		&funders, &allowance, &topUp, &periodStart, &rec.Grace)
 	if err != nil {
 		return rec, err
 	}
@@ -94,7 +94,7 @@ func scanLease(row pgx.Row) (ledger.LeaseRecord, error) {
 		rec.Funding[i] = ledger.Funding{Account: core.AccountID(funders[i]), Allowance: d.units(allowance[i]),
 			TopUp: d.units(topUp[i]), PeriodStart: periodStart[i]}
 	}
-	if d.negative || state < 0 {
+	if d.negative || state < 0 || rec.Grace < ledger.NoGrace {
 		return rec, fmt.Errorf("%w: lease %d has a negative field", ErrCorrupt, id)
 	}
 	return rec, nil

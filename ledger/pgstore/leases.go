@@ -42,6 +42,9 @@ func (s *Store) Acquire(ctx context.Context, id core.AccountID, holder string, w
 		if rec, ev, err = ledger.Acquire(an, leaseID, holder, want, need, ttl, now); err != nil {
 			return err
 		}
+		if rec.Grace, err = x.graceOf(holder); err != nil {
+			return err
+		}
 		x.insertLease(rec)
 		return nil
 	})
@@ -116,23 +119,28 @@ func (s *Store) Release(ctx context.Context, leaseID, token uint64, unspent core
 	})
 }
 
-// Reclaim implements ledger.Store. It locks up to limit active leases with
-// ExpiresAt + grace <= now, oldest expiry first, skipping those another
-// transaction holds (another node's reclaim, or their holder's late
-// release), then their accounts, and forfeits each: every node may reclaim
-// at once, and no lease is reclaimed twice.
+// reclaimSQL locks up to $3 active leases past their ReclaimableAt — their
+// own grace, or $2 for those that keep none — at $1, earliest first. Every
+// lease is reclaimable at its expiry or later, so the partial index of
+// active leases by expiry bounds what it reads; the sum is numeric, so it
+// cannot overflow.
+const reclaimSQL = "SELECT " + leaseColumns + ` FROM leases
+	WHERE state = 1 AND expires_at <= $1
+		AND expires_at::numeric + CASE WHEN grace >= 0 THEN grace ELSE $2 END <= $1
+	ORDER BY expires_at::numeric + CASE WHEN grace >= 0 THEN grace ELSE $2 END, id
+	LIMIT $3 FOR UPDATE SKIP LOCKED`
+
+// Reclaim implements ledger.Store. It locks up to limit due leases,
+// skipping those another transaction holds (another node's reclaim, or
+// their holder's late release), then their accounts, and forfeits each:
+// every node may reclaim at once, and no lease is reclaimed twice.
 func (s *Store) Reclaim(ctx context.Context, now, grace int64, limit int) (n int, err error) {
 	if grace < 0 || limit <= 0 {
 		return 0, fmt.Errorf("%w: reclaim grace %d, limit %d", ledger.ErrInvalid, grace, limit)
 	}
-	if now < math.MinInt64+grace {
-		return 0, nil // nothing can have expired that long ago
-	}
-	cutoff := now - grace // ExpiresAt + grace <= now, without overflow
 	err = s.update(ctx, func(x *txn) error {
 		n = 0
-		due, err := x.lockLeases("SELECT "+leaseColumns+` FROM leases WHERE state = 1 AND expires_at <= $1
-			ORDER BY expires_at, id LIMIT $2 FOR UPDATE SKIP LOCKED`, cutoff, limit)
+		due, err := x.lockLeases(reclaimSQL, now, grace, limit)
 		if err != nil || len(due) == 0 {
 			return err
 		}

@@ -349,7 +349,7 @@ func (x *txn) logAccountChanges(a *ledger.Account, was, now accountRow) {
 }
 
 const insertLeaseSQL = `INSERT INTO leases (` + leaseColumns + `)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`
 
 // updateLeasesSQL writes what usage, a release and a reclaim change, for
 // any number of leases.
@@ -393,7 +393,7 @@ func (x *txn) flushLeases(b *pgx.Batch) error {
 			allowance, topUp := fundedAmounts(&w, l.Funding)
 			b.Queue(insertLeaseSQL, lid, string(l.Account), l.Holder, w.int("fencing token", l.Token), w.units("granted", l.Granted),
 				w.units("used", l.Used), w.units("credited", l.Credited), int16(l.State), l.GrantedAt, l.ExpiresAt,
-				funders, allowance, topUp, periodStart)
+				funders, allowance, topUp, periodStart, l.Grace)
 		case extended:
 			allowance, topUp := fundedAmounts(&w, l.Funding)
 			b.Queue(extendLeaseSQL, lid, w.units("granted", l.Granted), l.ExpiresAt, allowance, topUp,
@@ -418,7 +418,7 @@ func (x *txn) flushLeases(b *pgx.Batch) error {
 func (c *cachedLease) fixedChanged() bool {
 	l, was := &c.rec, &c.was
 	if l.Account != was.Account || l.Holder != was.Holder || l.Token != was.Token || l.GrantedAt != was.GrantedAt ||
-		len(l.Funding) != len(c.wasFunding) {
+		l.Grace != was.Grace || len(l.Funding) != len(c.wasFunding) {
 		return true
 	}
 	for i, f := range l.Funding {

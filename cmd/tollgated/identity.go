@@ -1,0 +1,266 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/tollgated/tollgated/ledger"
+	"github.com/tollgated/tollgated/ledger/boltstore"
+	"github.com/tollgated/tollgated/ledger/pgstore"
+)
+
+// Who a start is. A data directory belongs to one node id and, in the
+// ledger, to one incarnation of it (ledger.Incarnation): its spool's owner
+// label says which, the embedded ledger records the ids it served, and
+// the node-id file (or --node-id) must agree with both, so that a lost or
+// replaced node-id file never bills a spool again under another name. A
+// start on an empty data directory under an id the ledger knows is a new
+// incarnation, which holds none of the leases of the one before it. On
+// PostgreSQL a node holds a claim on its id for as long as it runs
+// (pgstore.Claim), so a second live process under one id is refused.
+
+// errIdentity marks a start refused because the data directory's identity
+// does not add up; the message says the way out.
+var errIdentity = errors.New("the data directory's node identity does not add up")
+
+// spoolIdentity is what the opened spool says of its node: the owner's
+// node id and incarnation, or, for a spool without an owner, whether it
+// holds anything (a spool from before owners did).
+type spoolIdentity struct {
+	node  string // "" without an owner
+	inc   uint64
+	state bool // records or a released mark: the spool has been used
+}
+
+func (d *daemon) spoolIdentity() (spoolIdentity, error) {
+	var si spoolIdentity
+	if owner := d.spool.Owner(); owner != "" {
+		node, n, err := parseOwner(owner)
+		if err != nil {
+			return si, err
+		}
+		si.node, si.inc = node, n
+	}
+	si.state = d.spool.Durable() > 0
+	return si, nil
+}
+
+// establishIdentity decides this start's node id and incarnation, refusing
+// one that does not match the data directory, and records both: the
+// node-id file, the incarnation in the ledger, the owner in the spool. A
+// data directory of an incarnation the ledger has replaced is stale: its
+// spool is billed and its leases settled (drainStale), and the start is
+// refused.
+func (d *daemon) establishIdentity(ctx context.Context, cfg config) error {
+	stored, err := storedNodeID(cfg)
+	if err != nil {
+		return err
+	}
+	id := stored
+	if id == "" {
+		id = cfg.nodeID
+	}
+	if id != "" {
+		if err := validNodeID(id); err != nil {
+			return fmt.Errorf("--node-id: %w", err)
+		}
+	}
+	si, err := d.spoolIdentity()
+	if err != nil {
+		return err
+	}
+	spoolInc, err := matchSpool(cfg, id, si)
+	if err != nil {
+		return err
+	}
+	if err := d.matchEmbeddedLedger(ctx, cfg, id); err != nil {
+		return err
+	}
+	if id == "" {
+		if id, err = newNodeID(); err != nil {
+			return err
+		}
+	}
+	if stale, cur, err := d.isStale(ctx, id, spoolInc); err != nil || stale {
+		if err != nil {
+			return err
+		}
+		return d.drainStale(ctx, cfg, id, spoolInc, cur)
+	}
+	if err := d.claim(ctx, id); err != nil {
+		return err
+	}
+	inc, err := d.store.Incarnate(ctx, id, spoolInc, int64(cfg.leaseGrace), time.Now().UnixNano())
+	if err != nil {
+		return incarnationHint(err, cfg)
+	}
+	if stored == "" {
+		if err := storeNodeID(cfg, id); err != nil {
+			return fmt.Errorf("storing the node id: %w", err)
+		}
+	}
+	if label := ownerLabel(inc); d.spool.Owner() != label {
+		if err := d.spool.SetOwner(label); err != nil {
+			return fmt.Errorf("recording the node in the usage spool: %w", err)
+		}
+	}
+	d.inc = inc
+	if spoolInc == 0 && inc.Number > 1 {
+		d.reportSuperseded(ctx, cfg, inc)
+	}
+	return nil
+}
+
+// matchSpool checks the node id against the spool's owner and returns the
+// incarnation the spool belongs to (0: an empty spool, a new data
+// directory or a lost one). A spool written before owners existed is
+// adopted as incarnation 1 of the node whose id file sits beside it.
+func matchSpool(cfg config, id string, si spoolIdentity) (uint64, error) {
+	spoolDir := filepath.Join(cfg.dataDir, spoolDir)
+	switch {
+	case si.node != "" && id == "":
+		return 0, fmt.Errorf("%w: the usage spool in %s belongs to node %q, but %s has no node-id file (lost, or the data directory was restored or copied without it): "+
+			"starting under a new id would bill the spool a second time. Start with --node-id %s (or restore %s), see docs/RUNBOOK.md",
+			errIdentity, spoolDir, si.node, cfg.dataDir, si.node, filepath.Join(cfg.dataDir, nodeIDFile))
+	case si.node != "" && id != si.node:
+		return 0, fmt.Errorf("%w: the usage spool in %s belongs to node %q, but this start's node id is %q: billing it under another id would bill it a second time. "+
+			"Start with --node-id %s and its own node-id file, or give node %q an empty data directory of its own (docs/RUNBOOK.md)",
+			errIdentity, spoolDir, si.node, id, si.node, id)
+	case si.node != "":
+		return si.inc, nil
+	case si.state && id == "":
+		return 0, fmt.Errorf("%w: the usage spool in %s holds usage, but %s has no node-id file to say whose: start with --node-id set to the id this data directory ran under (see docs/RUNBOOK.md)",
+			errIdentity, spoolDir, cfg.dataDir)
+	case si.state:
+		return 1, nil
+	}
+	return 0, nil
+}
+
+// matchEmbeddedLedger refuses a node id the data directory's own ledger
+// file has not served when it has served another: that ledger holds the
+// other id's leases and export mark, so under a new id its spool would be
+// billed again and its leases forfeited. A PostgreSQL ledger serves a
+// fleet: there any id may start.
+func (d *daemon) matchEmbeddedLedger(ctx context.Context, cfg config, id string) error {
+	if _, embedded := d.store.(*boltstore.Store); !embedded {
+		return nil
+	}
+	known, err := d.store.Incarnations(ctx)
+	if err != nil || len(known) == 0 {
+		return err
+	}
+	if slices.ContainsFunc(known, func(i ledger.Incarnation) bool { return i.Node == id }) {
+		return nil
+	}
+	var ids []string
+	for _, i := range known {
+		ids = append(ids, i.Node)
+	}
+	ledgerPath := filepath.Join(cfg.dataDir, ledgerFile)
+	if id == "" {
+		return fmt.Errorf("%w: the ledger %s served node %q, but %s has no node-id file (lost, or restored without it): start with --node-id %s (or restore %s), see docs/RUNBOOK.md",
+			errIdentity, ledgerPath, ids[0], cfg.dataDir, ids[0], filepath.Join(cfg.dataDir, nodeIDFile))
+	}
+	return fmt.Errorf("%w: the ledger %s served node %q, not %q: start with --node-id %s (docs/RUNBOOK.md)",
+		errIdentity, ledgerPath, ids[0], id, ids[0])
+}
+
+// isStale reports whether the spool belongs to an incarnation of id the
+// ledger has since replaced, and the ledger's current one. Incarnations
+// only ever grow, so what this read says cannot be undone by the time the
+// spool is drained.
+func (d *daemon) isStale(ctx context.Context, id string, spoolInc uint64) (bool, ledger.Incarnation, error) {
+	if spoolInc == 0 {
+		return false, ledger.Incarnation{}, nil
+	}
+	known, err := d.store.Incarnations(ctx)
+	if err != nil {
+		return false, ledger.Incarnation{}, err
+	}
+	for _, i := range known {
+		if i.Node == id {
+			return spoolInc < i.Number, i, nil
+		}
+	}
+	return false, ledger.Incarnation{}, nil
+}
+
+// claim takes the node's claim on its id when the ledger is PostgreSQL
+// (the embedded ledger's file lock already allows one process). Should
+// another process take the id while this one was cut off from the
+// database, this one stops (d.failed): two processes would bill under one
+// name.
+func (d *daemon) claim(ctx context.Context, id string) error {
+	pg, ok := d.store.(*pgstore.Store)
+	if !ok {
+		return nil
+	}
+	c, err := pg.Claim(ctx, id, func(err error) {
+		select {
+		case d.failed <- fmt.Errorf("another process holds node id %q: it was started under this node's id while this one was cut off from the ledger; stopping, so that one process bills under the id (%w)", id, err):
+		default:
+		}
+	})
+	if errors.Is(err, pgstore.ErrNodeLive) {
+		return fmt.Errorf("%w: node %q is live: another tollgated holds its id (a twin on a copy of its data directory, or a second node given the same --node-id). "+
+			"Give each node its own id; to replace a node, stop the old one first (docs/RUNBOOK.md)", errIdentity, id)
+	}
+	if err != nil {
+		return err
+	}
+	d.claimed = c
+	return nil
+}
+
+// incarnationHint adds the way out to a refused incarnation.
+func incarnationHint(err error, cfg config) error {
+	ie, ok := errors.AsType[*ledger.IncarnationError](err)
+	if !ok || !errors.Is(err, ledger.ErrUnknownIncarnation) {
+		return err
+	}
+	return fmt.Errorf("%w: the usage spool in %s is incarnation %d of node %q, which this ledger never recorded (it is at %d): "+
+		"the ledger was restored from a backup older than the data directory, or the data directory is another ledger's (docs/RUNBOOK.md)",
+		errIdentity, filepath.Join(cfg.dataDir, spoolDir), ie.Spool, ie.Current.Node, ie.Current.Number)
+}
+
+// reportSuperseded says, once, what starting a new incarnation cost: the
+// incarnation before it lost its data directory, and with it the usage its
+// spool held and had not billed; its leases are not this one's to release.
+func (d *daemon) reportSuperseded(ctx context.Context, cfg config, inc ledger.Incarnation) {
+	prev := ledger.HolderOf(inc.Node, inc.Number-1)
+	leases, err := d.store.LeasesOf(ctx, prev)
+	mark, merr := d.store.ExportMark(ctx, prev)
+	if err = errors.Join(err, merr); err != nil {
+		d.log.Error().Err(err).Str("previous", prev).Msg("started a new incarnation; could not read what the previous one holds")
+		return
+	}
+	var active int
+	var held uint64
+	var forfeitBy int64
+	for _, l := range leases {
+		if l.State != ledger.LeaseActive {
+			continue
+		}
+		active++
+		held += uint64(l.Granted - min(l.Used, l.Granted))
+		if at, ok := ledger.ReclaimableAt(&l, int64(cfg.leaseGrace)); ok {
+			forfeitBy = max(forfeitBy, at)
+		}
+	}
+	ev := d.log.Warn().Str("node_id", inc.Node).Uint64("incarnation", inc.Number).Str("previous", prev).
+		Uint64("previous_export_mark", mark).Int("previous_leases", active).Uint64("previous_units_held", held)
+	if forfeitBy > 0 {
+		ev = ev.Time("forfeited_by", time.Unix(0, forfeitBy).UTC())
+	}
+	ev.Msg("node started on an empty data directory under an id the ledger knows: this is a new incarnation. " +
+		"The previous incarnation's usage not yet billed was in its data directory; its leases are not released or credited: " +
+		"the units they hold (previous_units_held) are forfeited as loss after their expiry and their own grace (forfeited_by). " +
+		"If that data directory comes back, start it once on its own: it bills its spool against them (docs/RUNBOOK.md)")
+}
