@@ -49,6 +49,8 @@ type Config struct {
 	// it (shard.Config.KeyUseReport).
 	KeyUseReport int64
 	Log          zerolog.Logger
+	// AuthzKeyHeader is shard.Config.AuthzKeyHeader.
+	AuthzKeyHeader string
 }
 
 // Node is a running node.
@@ -331,7 +333,7 @@ func newRunner(id, cpu int, addr string, cfg Config) (*runner, control.Link, err
 	}
 	r.s, err = shard.New(shard.Config{ID: uint16(id), Secret: cfg.Secret, MaxReservations: cfg.MaxReservations,
 		AckDurable: cfg.Durable, FundingWait: cfg.FundingWait, KeyUseReport: cfg.KeyUseReport,
-		Syncing: cfg.Plane.Syncing}, r.in, r.out)
+		Syncing: cfg.Plane.Syncing, AuthzKeyHeader: cfg.AuthzKeyHeader}, r.in, r.out)
 	if err == nil {
 		r.ln, err = httploop.Bind(addr)
 	}

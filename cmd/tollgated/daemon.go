@@ -145,7 +145,7 @@ func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err 
 			},
 		},
 		Durable: cfg.ack == "durable", FundingWait: fundingWait(cfg.fundingWait),
-		DrainUsage: d.drainUsage, Log: log,
+		DrainUsage: d.drainUsage, Log: log, AuthzKeyHeader: cfg.authz.keyHeader,
 	})
 	if err != nil {
 		return nil, err
