@@ -1,6 +1,7 @@
 package gateways
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"os"
@@ -493,4 +494,41 @@ func envoyFilter(boot node, name string) node {
 		}
 	}
 	return nil
+}
+
+// TestExamplePolicyDefaultIsNotCheaperThanItsRules: a request the rules
+// miss (a path the service routes in a way no rule foresaw) must never be
+// cheaper than a route it may really be, so the example's default costs at
+// least what its costliest rule can.
+func TestExamplePolicyDefaultIsNotCheaperThanItsRules(t *testing.T) {
+	raw, err := os.ReadFile("policy.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p struct {
+		Operations map[string]struct{ Weight uint64 }
+		Routes     struct {
+			Rules []struct {
+				Path, Op string
+				Count    uint64
+				Deny     bool
+			}
+			Default *struct {
+				Op    string
+				Count uint64
+			}
+		}
+	}
+	if err := json.Unmarshal(raw, &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.Routes.Default == nil {
+		return // unmatched requests are refused: nothing to undercut
+	}
+	def := p.Operations[p.Routes.Default.Op].Weight * p.Routes.Default.Count
+	for _, r := range p.Routes.Rules {
+		if cost := p.Operations[r.Op].Weight * r.Count; !r.Deny && cost > def {
+			t.Errorf("the default costs %d, less than %s's %d", def, r.Path, cost)
+		}
+	}
 }
