@@ -291,9 +291,10 @@ func (e *Engine) Deadline(r Reservation) int64 {
 }
 
 // Committed describes a committed reservation as the usage event that
-// would bill it at its quote (Units = Quote, OccurredAt = now): for a
-// commit journal, so that a node that dies before the reservation ends can
-// still bill it. ok is false unless r is live and committed.
+// would bill it if it lapsed now (Units = its quote, or 0 for a
+// CaptureRelease; OccurredAt = now): for a commit journal, so that a node
+// that dies before the reservation ends bills it as its deadline would.
+// ok is false unless r is live and committed.
 func (e *Engine) Committed(r Reservation, now int64) (ev UsageEvent, ok bool) {
 	rs := e.res.lookup(r)
 	if rs == nil || rs.phase != phaseCommitted {
@@ -303,7 +304,7 @@ func (e *Engine) Committed(r Reservation, now int64) (ev UsageEvent, ok bool) {
 	if rs.token == 0 {
 		src = SourceOverage
 	}
-	return UsageEvent{RequestID: rs.request, Principal: rs.prin.who, Units: rs.quote, Quote: rs.quote,
+	return UsageEvent{RequestID: rs.request, Principal: rs.prin.who, Units: rs.lapseUnits(), Quote: rs.quote,
 		Source: src, FencingToken: rs.token, OccurredAt: now, Policy: rs.acct.policy(rs.pol).src}, true
 }
 

@@ -2,8 +2,9 @@ package core
 
 // Expire ends every reservation whose deadline has passed: a pending or
 // ready one is released with no charge (counted Cancelled and
-// ExpiredPending), a committed one is billed at its full quote, marked
-// Lapsed, because the work may have run and its finish was lost. It scans
+// ExpiredPending), a committed one is billed what it bills unfinished
+// (its full quote, or nothing for a CaptureRelease), marked Lapsed,
+// because the work may have run and its finish was lost. It scans
 // at most once per SweepInterval, so calling it every loop iteration is
 // cheap; it returns how many reservations it ended.
 func (e *Engine) Expire(now int64) int {
@@ -34,7 +35,7 @@ func (e *Engine) expireOne(idx uint32, rs *resSlot) bool {
 	case phaseCommitted:
 		rs.phase = phaseClosing
 		e.counters.Lapsed++
-		e.bill(rs, rs.quote, rs.deadline, true)
+		e.bill(rs, rs.lapseUnits(), rs.deadline, true)
 		e.end(idx, rs, rs.deadline, true)
 	default:
 		return false
@@ -44,7 +45,8 @@ func (e *Engine) expireOne(idx uint32, rs *resSlot) bool {
 
 // EndAll ends every live reservation as Expire would at its deadline: for
 // shutdown, once no client can reach the node to commit, finish or cancel.
-// Pending ones are released free; committed ones bill their quote, lapsed.
+// Pending ones are released free; committed ones bill what they bill
+// unfinished (lapseUnits), lapsed.
 func (e *Engine) EndAll() int {
 	ended := 0
 	for i := 0; i < len(e.res.live); {

@@ -90,6 +90,8 @@ type resSlot struct {
 	gen   uint32
 	pos   uint32 // index in the live list
 
+	capture Capture // who ends it, and what it bills unfinished (capture.go)
+
 	acct      *account
 	prin      *principalEntry
 	pol       *policy

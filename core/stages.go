@@ -8,6 +8,8 @@ type RequestContext struct {
 	prin *principalEntry
 	pol  *policy
 	ttl  int64
+	// capture is what the reservation Admit makes will be (SetCapture).
+	capture Capture
 	// rated: the request's rate tokens were taken by an earlier attempt
 	// (see Rated).
 	rated bool
@@ -192,6 +194,7 @@ func (e *Engine) Admit(c *RequestContext, work []WorkItem, slot UsageSlot, now i
 	rs.acct, rs.prin, rs.pol, rs.usage = a, pe, c.pol, slot
 	rs.quote, rs.token, rs.fundedTil = p.quote, token, fundedTil
 	rs.admitted, rs.deadline, rs.permit = now, now+c.ttl, permitNone
+	rs.capture = c.capture
 	rs.phase = phasePending
 	e.counters.Admitted++
 	e.counters.UnitsAdmitted = mustAdd(e.counters.UnitsAdmitted, p.quote)

@@ -52,6 +52,8 @@ type Config struct {
 	// refuse requests that would bill while it is not StorageOK.
 	Storage *shard.Storage
 	Log     zerolog.Logger
+	// AuthzKeyHeader is shard.Config.AuthzKeyHeader.
+	AuthzKeyHeader string
 }
 
 // Node is a running node.
@@ -338,7 +340,7 @@ func newRunner(id, cpu int, addr string, cfg Config) (*runner, control.Link, err
 	}
 	r.s, err = shard.New(shard.Config{ID: uint16(id), Secret: cfg.Secret, MaxReservations: cfg.MaxReservations,
 		AckDurable: cfg.Durable, FundingWait: cfg.FundingWait, KeyUseReport: cfg.KeyUseReport,
-		Syncing: cfg.Plane.Syncing, Storage: cfg.Storage}, r.in, r.out)
+		Syncing: cfg.Plane.Syncing, Storage: cfg.Storage, AuthzKeyHeader: cfg.AuthzKeyHeader}, r.in, r.out)
 	if err == nil {
 		r.ln, err = httploop.Bind(addr)
 	}

@@ -159,3 +159,108 @@ func TestRouteErrorsNameTheField(t *testing.T) {
 		t.Errorf("%d rules: %v", len(many), err)
 	}
 }
+
+// TestRouteURIRulesCompile: routes.uri names how the service reads each
+// ambiguous form; omitted, or stated as all "refuse", it refuses them all
+// and is left out of the stored form (so documents that never named it
+// keep their bytes and revision).
+func TestRouteURIRulesCompile(t *testing.T) {
+	withURI := func(uri string) string {
+		return strings.Replace(routed, `"default":{"op":"requests","count":1}`, `"default":{"op":"requests","count":1},"uri":`+uri, 1)
+	}
+	all := withURI(`{"path_params":"strip","backslash":"slash","encoded_separators":"decode","trailing_dot":"strip","method_override":"ignore","case_insensitive":true}`)
+	c, err := Compile(account(all, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := route.Of(c.Snapshot)
+	want := route.URIRules{PathParams: route.Strip, Backslash: route.AsSlash, EncodedSeparators: route.Decode,
+		TrailingDot: route.Strip, MethodOverride: route.Ignore, CaseInsensitive: true}
+	if table.URI != want {
+		t.Fatalf("compiled %+v, want %+v", table.URI, want)
+	}
+	// Case-insensitive: patterns are folded, so a folded path matches.
+	if r := table.Match([]byte("POST"), []byte("/v1/completions/x")); r == nil || !r.Capture {
+		t.Fatalf("folded match: %+v", r)
+	}
+	keep, err := Compile(account(withURI(`{"path_params":"keep"}`), 1))
+	if err != nil || route.Of(keep.Snapshot).URI != (route.URIRules{PathParams: route.Keep}) {
+		t.Fatalf("keep: %v %+v", err, route.Of(keep.Snapshot).URI)
+	}
+	plain, _ := Parse([]byte(routed))
+	for _, doc := range []string{withURI(`{}`), withURI(`{"path_params":"refuse","backslash":"refuse","encoded_separators":"refuse","trailing_dot":"refuse","method_override":"refuse","case_insensitive":false}`)} {
+		d, err := Parse([]byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(Canonical(d), Canonical(plain)) {
+			t.Fatalf("default uri rules stored as %s", Canonical(d))
+		}
+	}
+	d, _ := Parse([]byte(all))
+	c1 := Canonical(d)
+	if !bytes.Contains(c1, []byte(`"uri":{"path_params":"strip","backslash":"slash","encoded_separators":"decode","trailing_dot":"strip","method_override":"ignore","case_insensitive":true}`)) {
+		t.Fatalf("canonical uri rules: %s", c1)
+	}
+	if d2, err := Parse(c1); err != nil || !bytes.Equal(Canonical(d2), c1) {
+		t.Fatalf("round trip: %v", err)
+	}
+	for field, value := range map[string]string{"path_params": "slash", "backslash": "strip", "encoded_separators": "keep",
+		"trailing_dot": "decode", "method_override": "strip"} {
+		_, err := Parse([]byte(withURI(`{"` + field + `":"` + value + `"}`)))
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Field != "routes.uri."+field {
+			t.Errorf("%s %q: %v", field, value, err)
+		}
+	}
+}
+
+// TestCaptureAtDeadline: a capture route says what it bills unfinished;
+// "bill" is the default and is stored omitted, so existing documents keep
+// their bytes.
+func TestCaptureAtDeadline(t *testing.T) {
+	release := strings.Replace(routed, `"capture":true,"ttl_ms":60000}`, `"capture":true,"ttl_ms":60000,"at_deadline":"release"}`, 1)
+	c, err := Compile(account(release, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := route.Of(c.Snapshot).Match([]byte("POST"), []byte("/v1/completions")); r == nil || !r.Capture || !r.Release {
+		t.Fatalf("release route compiled to %+v", r)
+	}
+	bill := strings.Replace(routed, `"capture":true,"ttl_ms":60000}`, `"capture":true,"ttl_ms":60000,"at_deadline":"bill"}`, 1)
+	b, _ := Parse([]byte(bill))
+	plain, _ := Parse([]byte(routed))
+	if !bytes.Equal(Canonical(b), Canonical(plain)) {
+		t.Fatalf("at_deadline bill stored as %s", Canonical(b))
+	}
+	if r, _ := Compile(account(bill, 1)); route.Of(r.Snapshot).Match([]byte("POST"), []byte("/v1/completions")).Release {
+		t.Fatal("a bill route releases")
+	}
+	d, _ := Parse([]byte(release))
+	if c1 := Canonical(d); !bytes.Contains(c1, []byte(`"ttl_ms":60000,"at_deadline":"release"}`)) {
+		t.Fatalf("canonical: %s", c1)
+	}
+}
+
+func TestRouteErrorsNameTheNewFields(t *testing.T) {
+	rule := func(r string) string {
+		return `{"operations":{"requests":{"weight":1}},"limits":{"max_items":10},"routes":{"rules":[` + r + `]}}`
+	}
+	cases := []struct{ doc, field string }{
+		{rule(`{"path":"/","op":"requests","count":1,"at_deadline":"release"}`), "routes.rules[0].at_deadline"},
+		{rule(`{"path":"/","op":"requests","count":1,"capture":true,"at_deadline":"never"}`), "routes.rules[0].at_deadline"},
+		{rule(`{"path":"/","op":"requests","count":1,"count_header":"Content-Length"}`), "routes.rules[0].count_header"},
+		{rule(`{"path":"/","op":"requests","count":1,"count_header":"authorization"}`), "routes.rules[0].count_header"},
+		{rule(`{"path":"/","op":"requests","count":1,"count_header":"X-Original-URI"}`), "routes.rules[0].count_header"},
+		{rule(`{"path":"/","op":"requests","count":1,"count_header":"x-tollgate-units"}`), "routes.rules[0].count_header"},
+		{`{"operations":{"requests":{"weight":1}},"limits":{"max_items":10},"routes":{"rules":[],"uri":{"case_insensitive":"yes"}}}`, "routes.uri.case_insensitive"},
+		{`{"operations":{"requests":{"weight":1}},"limits":{"max_items":10},"routes":{"rules":[],"uri":{"nope":1}}}`, "nope"},
+	}
+	for _, c := range cases {
+		_, err := Parse([]byte(c.doc))
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Field != c.field {
+			t.Errorf("%s: error %v, want a field error for %s", c.doc, err, c.field)
+		}
+	}
+}

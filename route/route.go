@@ -32,10 +32,12 @@ const (
 )
 
 // Table is an account's rules, in order. Default answers requests no rule
-// matches; nil means they are refused.
+// matches; nil means they are refused. URI says how the original request
+// is read before it is matched (uri.go).
 type Table struct {
 	Rules   []Rule
 	Default *Rule
+	URI     URIRules
 }
 
 // Rule is one compiled rule. A rule that does not deny turns the request
@@ -55,12 +57,16 @@ type Rule struct {
 	// the units it used (authorize here, capture later).
 	Capture bool
 	// TTL is how long (ns) a captured reservation may wait for its finish
-	// before it is billed at its quote; 0 means the policy's hold timeout.
+	// before it lapses; 0 means the policy's hold timeout.
 	TTL int64
+	// Release makes a capture that lapses bill nothing instead of its
+	// quote (core.CaptureRelease).
+	Release bool
 }
 
-// Match returns the rule for a request with this method and (decoded,
-// normalised) path: the first rule that matches, else the default, else nil.
+// Match returns the rule for a request with this method and normalised
+// path (URIRules.Method, URIRules.Normalise): the first rule that matches,
+// else the default, else nil.
 func (t *Table) Match(method, path []byte) *Rule {
 	for i := range t.Rules {
 		r := &t.Rules[i]
@@ -101,7 +107,8 @@ var ErrPattern = errors.New("route: invalid path pattern")
 // ParsePattern compiles a path pattern. It starts with '/', is at most
 // MaxPatternLen bytes of visible ASCII, has at most MaxSegments segments,
 // and uses '*' only as a whole segment ("*") or as the whole last segment
-// ("**"). '?' and '#' have no place in a path and are refused.
+// ("**"). '?' and '#' have no place in a path and are refused. A trailing
+// slash is ignored, as it is in the normalised paths patterns match.
 func ParsePattern(s string) (Pattern, error) {
 	switch {
 	case len(s) == 0 || s[0] != '/':
@@ -114,7 +121,10 @@ func ParsePattern(s string) (Pattern, error) {
 			return Pattern{}, patternErr("only visible ASCII, and no '?' or '#'")
 		}
 	}
-	parts := strings.Split(s[1:], "/")
+	parts := strings.Split(strings.TrimSuffix(s[1:], "/"), "/")
+	if len(s) == 1 {
+		parts = nil // "/": the root, no segment
+	}
 	if len(parts) > MaxSegments {
 		return Pattern{}, patternErr("more than 32 segments")
 	}
@@ -136,9 +146,17 @@ func ParsePattern(s string) (Pattern, error) {
 
 func patternErr(problem string) error { return errors.Join(ErrPattern, errors.New(problem)) }
 
-// Match reports whether path matches. path is decoded and normalised (no
-// "." or ".." segments, no empty segments but a trailing one) and starts
-// with '/'; matching is case-sensitive, byte for byte.
+// FoldCase lower-cases the pattern's literal segments, for a table that
+// matches case-insensitively (URIRules.CaseInsensitive).
+func (p *Pattern) FoldCase() {
+	for i := range p.segs {
+		p.segs[i].lit = strings.ToLower(p.segs[i].lit)
+	}
+}
+
+// Match reports whether path matches. path is normalised (URIRules.
+// Normalise: no "." or ".." segments, no empty segments, no trailing
+// slash) and starts with '/'; matching is byte for byte.
 func (p *Pattern) Match(path []byte) bool {
 	rest := path
 	for i := range p.segs {
@@ -155,6 +173,9 @@ func (p *Pattern) Match(path []byte) bool {
 			return false
 		}
 		rest = rest[n:]
+	}
+	if len(p.segs) == 0 && !p.rest {
+		return len(path) == 1 && path[0] == '/' // "/": the root only
 	}
 	return p.rest || len(rest) == 0
 }

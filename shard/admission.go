@@ -221,19 +221,25 @@ func (s *Shard) authenticatePlatform(req *fasthttp.Request, now int64) bool {
 	if !ok {
 		return false
 	}
+	_, ok = s.platformPrincipal(key, now)
+	return ok
+}
+
+// platformPrincipal resolves a platform token to its principal.
+func (s *Shard) platformPrincipal(key []byte, now int64) (core.Principal, bool) {
 	if p, ok := s.cache.Lookup(key, now); ok {
 		_, known := s.platform[p]
-		return known
+		return p, known
 	}
 	d, err := s.hasher.Digest(key)
 	if err != nil {
-		return false
+		return core.Principal{}, false
 	}
 	p := d.Principal()
 	stored, ok := s.platform[p]
 	if !ok || !credential.Equal(&stored, &d) {
-		return false
+		return core.Principal{}, false
 	}
 	s.cache.Store(key, p, now+s.cfg.CredentialTTL)
-	return true
+	return p, true
 }

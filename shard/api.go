@@ -208,6 +208,7 @@ func (s *Shard) runAdmit(r *Request, p core.Principal, mode admitMode, w *fundin
 	if a.ttl > 0 {
 		ctx.SetTTL(a.ttl)
 	}
+	ctx.SetCapture(a.authz.capture)
 	res, d := s.engine.Admit(&ctx, a.work, s, now)
 	s.flushRefills(now)
 	if d.Denied() {
@@ -226,7 +227,7 @@ func (s *Shard) runAdmit(r *Request, p core.Principal, mode admitMode, w *fundin
 	quote := s.engine.Quote(res)
 	if mode == modeAdmit {
 		b := append(s.out[:0], `{"reservation":"`...)
-		b = appendReservation(b, s.cfg.ID, res)
+		b = s.appendReservation(b, res)
 		b = append(b, `","quote":`...)
 		b = strconv.AppendUint(b, uint64(quote), 10)
 		b = append(b, `,"expires_at":"`...)
@@ -260,6 +261,7 @@ func (s *Shard) runAdmit(r *Request, p core.Principal, mode admitMode, w *fundin
 		ev, _ := s.engine.Committed(res, now)
 		s.sendReserved(OutCommit, &ev)
 	} else {
+		quote = a.authz.units(quote, ctx.Snapshot()) // what it bills: the quote, but for an empty count
 		s.engine.Finish(res, quote, now)
 	}
 	if mode == modeAuthz {
@@ -305,6 +307,7 @@ type admitBody struct {
 	ttl               int64
 	unknownPermission bool
 	capture           bool
+	authz             authzWork // a forward-auth route's capture and empty count
 }
 
 // Fields of an admit or check body, and of a workload line.
@@ -402,7 +405,7 @@ func (s *Shard) serveReservation(r *Request, op Op) {
 		s.writeFieldProblem(r.Resp, problem)
 		return
 	}
-	p, ok := s.authenticate(r.Req, r.Now)
+	p, ok := s.reservationCaller(r.Req, r.Now)
 	if !ok {
 		s.engine.CountDenial(core.DenyUnknownPrincipal)
 		s.writeDenial(r.Resp, core.Denial{Reason: core.DenyUnknownPrincipal})

@@ -3,7 +3,7 @@ package shard
 import (
 	"bytes"
 	"strconv"
-	"unicode/utf8"
+	"strings"
 
 	"github.com/valyala/fasthttp"
 
@@ -17,11 +17,13 @@ import (
 // A gateway in front of a service (nginx auth_request, Caddy forward_auth,
 // Traefik ForwardAuth, Envoy ext_authz in HTTP mode) asks /v1/authz whether
 // each request may pass, and forwards it only on a 2xx. The question carries
-// the original request in one of two shapes:
+// the original request in one of two shapes, chosen on the call's URI as
+// sent:
 //
-//   - /v1/authz exactly, with the original method and URI in headers:
-//     X-Original-Method / X-Original-URI (as nginx configurations set them)
-//     or X-Forwarded-Method / X-Forwarded-Uri (Caddy, Traefik);
+//   - /v1/authz exactly (or with a query), with the original method and
+//     URI in headers: X-Original-Method / X-Original-URI (as nginx
+//     configurations set them) or X-Forwarded-Method / X-Forwarded-Uri
+//     (Caddy, Traefik);
 //   - /v1/authz/<original path and query>, with the original method as the
 //     call's own (Envoy's path_prefix appends the original path).
 //
@@ -29,15 +31,20 @@ import (
 // headers on to the auth server, so a client could otherwise name a cheaper
 // route in the header the gateway does not set.
 //
-// The customer's key is the original Authorization: Bearer credential, or
-// the value of the header that X-Tollgate-Key-Header names (X-Api-Key, say).
-// The account's route table (package route) maps method and path to one
-// work line; the request then takes the same staged path as /v1/check
-// (runAdmit), durable acknowledgement included, and is answered 200 with
-// headers the gateway forwards upstream, or with the same refusals as
-// /v1/check. A route marked capture is admitted and committed but not
-// billed: the service finishes the reservation named in
-// X-Tollgate-Reservation with the units it used.
+// tollgated reads only what the gateway sets or passes on unchanged, and
+// nothing a client may choose: the original request, the key (from the
+// header the daemon is configured with, --authz-key-header, Authorization:
+// Bearer by default) and a route's count header (named by the policy). The
+// original URI must be an origin-form request-target, and a form that the
+// service may read differently from tollgated (route/uri.go) is refused
+// unless the account's policy says how the service reads it; the
+// normalised path is what the account's route table matches. The request
+// then takes the same staged path as /v1/check (runAdmit), durable
+// acknowledgement included, and is answered 200 with headers the gateway
+// forwards upstream, or with the same refusals as /v1/check. A route marked
+// capture is admitted and committed but not billed: the service finishes
+// the reservation named in X-Tollgate-Reservation with the units it used,
+// using a platform token (authz_capture.go), never the customer's key.
 
 var (
 	pathAuthz    = []byte("/v1/authz")
@@ -50,7 +57,6 @@ const (
 	hdrOriginalURI     = "X-Original-URI"
 	hdrForwardedMethod = "X-Forwarded-Method"
 	hdrForwardedURI    = "X-Forwarded-Uri"
-	hdrKeyHeader       = "X-Tollgate-Key-Header"
 
 	hdrAccount         = "X-Tollgate-Account"
 	hdrRequestID       = "X-Tollgate-Request-Id"
@@ -66,9 +72,14 @@ const MaxOriginalURI = 4096
 // authzRequest is the original request of the forward-auth call being
 // served, kept in the shard between reading it and matching its route.
 type authzRequest struct {
-	method []byte // into the request being served
-	dec    []byte // the path, percent-decoded
-	path   []byte // the path, decoded and normalised: what routes match
+	method      []byte // into the request being served
+	path, query []byte // the original request-target's, as sent (into the request)
+	// methodField and uriField name where the method and URI were read,
+	// for a problem's field.
+	methodField, uriField string
+	folded                []byte // the method upper-cased (case-insensitive tables)
+	dec                   []byte // scratch: the path decoded
+	norm                  []byte // the normalised path: what routes match
 }
 
 func isAuthzPath(p []byte) bool {
@@ -89,16 +100,19 @@ func isAuthzCall(uri []byte) bool {
 // serveAuthz answers one forward-auth call.
 func (s *Shard) serveAuthz(r *Request) {
 	if code, field := s.readOriginal(r.Req); code != "" {
-		s.writeAuthzProblem(r.Resp, fasthttp.StatusBadRequest, code, field)
+		detail := ""
+		if code == "invalid-original-uri" {
+			detail = route.FaultSyntax.Detail()
+		}
+		s.writeAuthzProblem(r.Resp, fasthttp.StatusBadRequest, code, field, detail)
 		return
 	}
-	key, code := s.authzKey(r.Req)
-	if code != "" {
-		s.writeAuthzProblem(r.Resp, fasthttp.StatusBadRequest, code, hdrKeyHeader)
-		return
+	key := s.authzKey(r.Req)
+	p, ok := core.Principal{}, false
+	if key != nil {
+		p, ok = s.keyPrincipal(key, r.Now)
 	}
-	p, ok := s.keyPrincipal(key, r.Now)
-	if key == nil || !ok {
+	if !ok {
 		s.engine.CountDenial(core.DenyUnknownPrincipal)
 		s.writeDenial(r.Resp, core.Denial{Reason: core.DenyUnknownPrincipal})
 		return
@@ -106,18 +120,19 @@ func (s *Shard) serveAuthz(r *Request) {
 	s.runAdmit(r, p, modeAuthz, nil)
 }
 
-// readOriginal reads the original method and URI into s.authz, or returns
-// the problem code and the field (header) at fault.
+// readOriginal reads the original method and URI into s.authz and checks
+// what does not depend on the account's policy (the method is a token, the
+// URI an origin-form request-target), or returns the problem code and the
+// field (header) at fault.
 func (s *Shard) readOriginal(req *fasthttp.Request) (code, field string) {
 	om, fm := req.Header.Peek(hdrOriginalMethod), req.Header.Peek(hdrForwardedMethod)
 	ou, fu := req.Header.Peek(hdrOriginalURI), req.Header.Peek(hdrForwardedURI)
 	var method, uri []byte
 	methodField, uriField := hdrOriginalMethod, hdrOriginalURI
-	if raw := req.Header.RequestURI(); !bytes.Equal(req.URI().Path(), pathAuthz) {
+	// The shape is chosen on the URI as sent: fasthttp's parsed path is
+	// normalised, and "/v1/authz/x/../" must not read the headers.
+	if raw := req.Header.RequestURI(); len(raw) > len(pathAuthz) && raw[len(pathAuthz)] == '/' {
 		// Envoy: /v1/authz + the original path, under the original method.
-		if !bytes.HasPrefix(raw, pathAuthzDir) {
-			return "invalid-original-uri", "path"
-		}
 		method, uri, methodField, uriField = req.Header.Method(), raw[len(pathAuthz):], "method", "path"
 		switch {
 		case len(om) > 0 && !bytes.Equal(om, method):
@@ -156,10 +171,12 @@ func (s *Shard) readOriginal(req *fasthttp.Request) (code, field string) {
 	if len(uri) > MaxOriginalURI {
 		return "original-uri-too-long", uriField
 	}
-	if !s.readPath(uri) {
+	path, query, fault := route.CheckTarget(uri)
+	if fault != route.FaultNone {
 		return "invalid-original-uri", uriField
 	}
-	s.authz.method = method
+	a := &s.authz
+	a.method, a.path, a.query, a.methodField, a.uriField = method, path, query, methodField, uriField
 	return "", ""
 }
 
@@ -175,100 +192,6 @@ func agree(a, b []byte) ([]byte, bool) {
 	return nil, false
 }
 
-// readPath decodes and normalises uri's path into s.authz.path: origin
-// form only (it starts with '/'), visible ASCII, valid percent-escapes, and
-// once decoded valid UTF-8 without control bytes. Dot segments and empty
-// segments go the way most servers route them, so "/v1/./chat",
-// "/v1//chat" and "/v1/ch%61t" are all priced as "/v1/chat".
-func (s *Shard) readPath(uri []byte) bool {
-	if len(uri) == 0 || uri[0] != '/' {
-		return false
-	}
-	for _, c := range uri {
-		if c < 0x21 || c > 0x7e {
-			return false
-		}
-	}
-	if i := bytes.IndexAny(uri, "?#"); i >= 0 {
-		uri = uri[:i]
-	}
-	dec := s.authz.dec[:0]
-	for i := 0; i < len(uri); i++ {
-		c := uri[i]
-		if c == '%' {
-			if i+2 >= len(uri) {
-				return false
-			}
-			hi, lo := unhex(uri[i+1]), unhex(uri[i+2])
-			if hi < 0 || lo < 0 {
-				return false
-			}
-			c = byte(hi<<4 | lo)
-			i += 2
-		}
-		dec = append(dec, c)
-	}
-	s.authz.dec = dec
-	if !utf8.Valid(dec) {
-		return false
-	}
-	for _, c := range dec {
-		if c < 0x20 || c == 0x7f {
-			return false
-		}
-	}
-	s.authz.path = normalisePath(s.authz.path[:0], dec)
-	return true
-}
-
-func unhex(c byte) int {
-	switch {
-	case c >= '0' && c <= '9':
-		return int(c - '0')
-	case c >= 'a' && c <= 'f':
-		return int(c-'a') + 10
-	case c >= 'A' && c <= 'F':
-		return int(c-'A') + 10
-	}
-	return -1
-}
-
-// normalisePath appends p (decoded, starting with '/') to out without "."
-// and ".." segments (RFC 3986 §5.2.4; ".." above the root stays at the root)
-// and without empty segments, keeping a trailing slash.
-func normalisePath(out, p []byte) []byte {
-	out = append(out, '/')
-	trailing := true // out ends in a '/' that belongs to the result
-	for len(p) > 0 {
-		if p[0] == '/' {
-			p, trailing = p[1:], true
-			continue
-		}
-		n := bytes.IndexByte(p, '/')
-		if n < 0 {
-			n = len(p)
-		}
-		seg := p[:n]
-		p = p[n:]
-		switch {
-		case len(seg) == 1 && seg[0] == '.':
-			trailing = true
-		case len(seg) == 2 && seg[0] == '.' && seg[1] == '.':
-			if len(out) > 1 {
-				out = out[:bytes.LastIndexByte(out[:len(out)-1], '/')+1]
-			}
-			trailing = true
-		default:
-			out = append(append(out, seg...), '/')
-			trailing = false
-		}
-	}
-	if !trailing && len(out) > 1 {
-		out = out[:len(out)-1]
-	}
-	return out
-}
-
 func isToken(b []byte) bool {
 	for _, c := range b {
 		if !route.IsTokenChar(c) {
@@ -278,44 +201,63 @@ func isToken(b []byte) bool {
 	return len(b) > 0
 }
 
-var authorization = []byte("authorization")
-
 // authzKey returns the customer's key from the original request: the
-// Bearer credential of Authorization, or the value of the header named by
-// X-Tollgate-Key-Header. A missing or malformed key is nil (the caller
-// answers 401); a key header that names no header is a problem code.
-func (s *Shard) authzKey(req *fasthttp.Request) ([]byte, string) {
-	name := req.Header.Peek(hdrKeyHeader)
-	if len(name) == 0 || bytes.EqualFold(name, authorization) {
+// Bearer credential of Authorization, or with --authz-key-header the whole
+// value of the header it names (never one a request names). A missing or
+// malformed key is nil: the caller answers 401.
+func (s *Shard) authzKey(req *fasthttp.Request) []byte {
+	name := s.cfg.AuthzKeyHeader
+	if name == "" || strings.EqualFold(name, fasthttp.HeaderAuthorization) {
 		key, _ := credential.BearerToken(req.Header.Peek(fasthttp.HeaderAuthorization))
-		return key, ""
+		return key
 	}
-	if len(name) > route.MaxHeaderNameLen || !isToken(name) {
-		return nil, "invalid-key-header"
-	}
-	key := bytes.TrimRight(req.Header.PeekBytes(name), " \t")
+	key := bytes.TrimRight(req.Header.Peek(name), " \t")
 	for _, c := range key {
 		if c < 0x21 || c > 0x7e {
-			return nil, ""
+			return nil
 		}
 	}
 	if len(key) == 0 {
-		return nil, ""
+		return nil
 	}
-	return key, ""
+	return key
+}
+
+// authzWork is what a forward-auth route adds to the work it prices: how
+// its reservation is captured (core.CaptureNone when it is billed at
+// once), and whether its count was zero (an empty upload: admitted as one
+// item, billed as none).
+type authzWork struct {
+	capture core.Capture
+	empty   bool
+}
+
+// units is what an admitted request of quote q is billed at once: q, or
+// for an empty count the policy's price of no items (its fixed or minimum
+// cost, at most q).
+func (w authzWork) units(q core.CostUnits, snap *core.Snapshot) core.CostUnits {
+	if !w.empty {
+		return q
+	}
+	return min(q, max(snap.Costs.Fixed, snap.Costs.Minimum))
 }
 
 // routeWork matches the original request read by serveAuthz against the
 // pinned snapshot's route table and returns its work, or answers the
-// request itself (403 when no rule admits the route, 400 for a count
-// header that is not a count) and returns false.
+// request itself (403 when no rule admits the route, 400 for a form the
+// table refuses or a count header that is not a count) and returns false.
 func (s *Shard) routeWork(r *Request, snap *core.Snapshot) (admitBody, bool) {
-	var rule *route.Rule
-	if t := route.Of(snap); t != nil {
-		rule = t.Match(s.authz.method, s.authz.path)
+	t := route.Of(snap)
+	if t == nil {
+		s.writeAuthzProblem(r.Resp, fasthttp.StatusForbidden, "route-not-allowed", "", "")
+		return admitBody{}, false
+	}
+	rule, ok := s.matchRoute(r, t)
+	if !ok {
+		return admitBody{}, false
 	}
 	if rule == nil || rule.Deny {
-		s.writeAuthzProblem(r.Resp, fasthttp.StatusForbidden, "route-not-allowed", "")
+		s.writeAuthzProblem(r.Resp, fasthttp.StatusForbidden, "route-not-allowed", "", "")
 		return admitBody{}, false
 	}
 	count := rule.Count
@@ -323,14 +265,63 @@ func (s *Shard) routeWork(r *Request, snap *core.Snapshot) (admitBody, bool) {
 		if v := r.Req.Header.Peek(rule.CountHeader); len(v) > 0 {
 			n, ok := parseCount(v)
 			if !ok {
-				s.writeAuthzProblem(r.Resp, fasthttp.StatusBadRequest, "invalid-count-header", rule.CountHeader)
+				s.writeAuthzProblem(r.Resp, fasthttp.StatusBadRequest, "invalid-count-header", rule.CountHeader, "")
 				return admitBody{}, false
 			}
 			count = n
 		}
 	}
+	var w authzWork
+	switch {
+	case rule.Capture && rule.Release:
+		w.capture = core.CaptureRelease
+	case rule.Capture:
+		w.capture = core.CaptureBill
+	}
+	if count == 0 {
+		// The engine prices at least one item, and the request still
+		// passes every gate (rate, concurrency, funding for that item);
+		// billed at once, it costs no item. A capture holds the item and
+		// is billed what the service reports.
+		count, w.empty = 1, !rule.Capture
+	}
 	s.work[0] = core.WorkItem{Op: rule.Op, Count: count}
-	return admitBody{work: s.work[:1], ttl: rule.TTL, capture: rule.Capture}, true
+	return admitBody{work: s.work[:1], ttl: rule.TTL, capture: rule.Capture, authz: w}, true
+}
+
+// matchRoute reads the original request under t's URI rules and returns
+// the rule it matches (nil: none), or answers 400 for a form t refuses and
+// returns false.
+func (s *Shard) matchRoute(r *Request, t *route.Table) (*route.Rule, bool) {
+	a := &s.authz
+	if a.folded == nil {
+		a.folded = make([]byte, 0, route.MaxMethodLen) // once: a method is never longer
+	}
+	method, fault := t.URI.Method(a.folded, a.method)
+	if fault != route.FaultNone {
+		s.writeAuthzProblem(r.Resp, fasthttp.StatusBadRequest, "invalid-original-method", a.methodField, fault.Detail())
+		return nil, false
+	}
+	if t.URI.MethodOverride != route.Ignore {
+		for _, h := range route.MethodOverrideHeaders {
+			if len(r.Req.Header.Peek(h)) > 0 {
+				s.writeAuthzProblem(r.Resp, fasthttp.StatusBadRequest, "invalid-original-method", h,
+					route.FaultMethodOverride.Detail())
+				return nil, false
+			}
+		}
+		if route.QueryOverridesMethod(a.query) {
+			s.writeAuthzProblem(r.Resp, fasthttp.StatusBadRequest, "invalid-original-uri", a.uriField,
+				route.FaultMethodOverride.Detail())
+			return nil, false
+		}
+	}
+	a.norm, a.dec, fault = t.URI.Normalise(a.norm[:0], a.dec, a.path)
+	if fault != route.FaultNone {
+		s.writeAuthzProblem(r.Resp, fasthttp.StatusBadRequest, "invalid-original-uri", a.uriField, fault.Detail())
+		return nil, false
+	}
+	return t.Match(method, a.norm), true
 }
 
 // parseCount reads a count header: decimal digits, at most 2^63-1.
@@ -360,7 +351,7 @@ func (s *Shard) writeAuthzAllowed(resp *fasthttp.Response, ctx *core.RequestCont
 	resp.Header.SetBytesV(hdrRequestID, id.AppendHex(s.hdr[:0]))
 	resp.Header.SetBytesV(hdrUnits, strconv.AppendUint(s.hdr[:0], uint64(units), 10))
 	if capture {
-		resp.Header.SetBytesV(hdrReservation, appendReservation(s.hdr[:0], s.cfg.ID, res))
+		resp.Header.SetBytesV(hdrReservation, s.appendReservation(s.hdr[:0], res))
 	}
 	if b := appendRateLimitPolicy(s.hdr[:0], ctx.Limits()); len(b) > 0 {
 		resp.Header.SetBytesV(hdrRateLimitPolicy, b)
@@ -439,20 +430,20 @@ func (s *Shard) writeRateLimit(resp *fasthttp.Response, ctx *core.RequestContext
 // authzTitles are the titles of the forward-auth route's own problems.
 var authzTitles = map[string]string{
 	"missing-original-method":      "The original request's method is missing",
-	"invalid-original-method":      "The original request's method is not a method",
+	"invalid-original-method":      "The original request's method is not a method, or may be read as another",
 	"missing-original-uri":         "The original request's URI is missing",
-	"invalid-original-uri":         "The original request's URI is not an origin-form URI of UTF-8",
+	"invalid-original-uri":         "The original request's URI is not an origin-form URI, or may be read as another",
 	"original-uri-too-long":        "The original request's URI is longer than 4096 bytes",
 	"conflicting-original-request": "Two sources of the original request disagree",
-	"invalid-key-header":           "X-Tollgate-Key-Header does not name a header",
 	"invalid-count-header":         "The count header is not a non-negative integer",
 	"route-not-allowed":            "No route of the account's policy admits this request",
 }
 
 // writeAuthzProblem answers a forward-auth call that cannot be priced: a
-// malformed description of the original request (400) or a route the
-// account's policy does not admit (403). field names the header at fault.
-func (s *Shard) writeAuthzProblem(resp *fasthttp.Response, status int, code, field string) {
+// malformed or ambiguous description of the original request (400) or a
+// route the account's policy does not admit (403). field names the header
+// at fault; detail (JSON-safe), when set, says which rule refused it.
+func (s *Shard) writeAuthzProblem(resp *fasthttp.Response, status int, code, field, detail string) {
 	b := s.out[:0]
 	b = append(b, `{"type":"about:blank","title":"`...)
 	b = append(b, authzTitles[code]...)
@@ -464,6 +455,11 @@ func (s *Shard) writeAuthzProblem(resp *fasthttp.Response, status int, code, fie
 	if field != "" {
 		b = append(b, `,"field":"`...)
 		b = append(b, field...)
+		b = append(b, '"')
+	}
+	if detail != "" {
+		b = append(b, `,"detail":"`...)
+		b = append(b, detail...)
 		b = append(b, '"')
 	}
 	b = append(b, '}')

@@ -2,9 +2,15 @@ package shard
 
 import (
 	"encoding/json"
+	"net/url"
+	"path"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/tollgated/tollgated/route"
 )
 
 // authzStatuses are the statuses docs/API.md lists for /v1/authz (a
@@ -14,10 +20,14 @@ var authzStatuses = map[int]bool{200: true, 400: true, 401: true, 402: true, 403
 	409: true, 413: true, 422: true, 429: true, 503: true}
 
 // FuzzAuthz sends forward-auth calls with arbitrary descriptions of the
-// original request through Shard.Serve: no input panics, every answer has a
-// documented status, and every refusal is problem+json with its status and
-// a code. The corpus in testdata/fuzz/FuzzAuthz holds one input per shape
-// and per refusal of the route.
+// original request through Shard.Serve, under routes with a cheap default
+// and the default URI rules: no input panics, every answer has a
+// documented status, every refusal is problem+json with its status and a
+// code, and every 200 is for a request that cannot be read two ways,
+// priced as an independent reading of it says (oracle below). extraName
+// and extraValue are one more header of the call (a method override, a key
+// header a client names, anything). The corpus in testdata/fuzz/FuzzAuthz
+// holds one input per shape, per refusal and per ambiguous form.
 func FuzzAuthz(f *testing.F) {
 	f.Add("GET", "", "POST", "/v1/chat", "", "", "", "", "Bearer key-acme", "")
 	f.Add("GET", "", "", "", "GET", "/v1/embeddings?x=1", "", "", "Bearer key-acme", "17")
@@ -25,10 +35,14 @@ func FuzzAuthz(f *testing.F) {
 	f.Add("GET", "", "POST", "/v1/%ff", "POST", "/v1/chat", "", "", "bearer key-acme", "")
 	f.Add("HEAD", "/../check", "", "", "", "", "", "", "Bearer key-acme", "")
 	f.Add("GET", "/../../livez", "", "", "", "", "", "", "", "")
-	f.Fuzz(func(t *testing.T, method, suffix, om, ou, fm, fu, keyHeader, key, auth, count string) {
+	f.Add("GET", "", "GET", "/x#/../admin/secret", "", "", "", "", "Bearer key-acme", "")
+	f.Add("GET", "", "GET", "/v1/completions/a", "", "", "X-HTTP-Method-Override", "POST", "Bearer key-acme", "")
+	f.Add("GET", "", "", "", "post", "/v1/completions/a", "", "", "Bearer key-acme", "")
+	f.Fuzz(func(t *testing.T, method, suffix, om, ou, fm, fu, extraName, extraValue, auth, count string) {
 		h := newHarnessWith(t, Config{ID: 1, Secret: testSecret, MaxReservations: 64, UsageHeadroom: 4,
 			FundingWait: NoFundingWait}, 256)
-		h.provisionSnap(routedSnapshot(t, "acme"), "key-acme", 1_000_000)
+		h.provisionSnap(routedWithDefault(t, "acme", route.URIRules{}), "key-acme", 1_000_000)
+		h.drainOut()
 		req, resp := fasthttp.AcquireRequest(), &fasthttp.Response{}
 		defer fasthttp.ReleaseRequest(req)
 		if method != "" {
@@ -36,14 +50,13 @@ func FuzzAuthz(f *testing.F) {
 		}
 		req.SetRequestURI("/v1/authz" + suffix)
 		for _, kv := range [...][2]string{{"X-Original-Method", om}, {"X-Original-URI", ou},
-			{"X-Forwarded-Method", fm}, {"X-Forwarded-Uri", fu}, {"X-Tollgate-Key-Header", keyHeader},
-			{"Authorization", auth}, {"X-Token-Count", count}} {
+			{"X-Forwarded-Method", fm}, {"X-Forwarded-Uri", fu}, {"Authorization", auth}, {"X-Token-Count", count}} {
 			if kv[1] != "" {
 				req.Header.Set(kv[0], kv[1])
 			}
 		}
-		if keyHeader != "" && key != "" {
-			req.Header.Set(keyHeader, key)
+		if extraName != "" && extraValue != "" {
+			req.Header.Set(extraName, extraValue)
 		}
 		h.s.Serve(&Request{Req: req, Resp: resp, Now: t0 + 1})
 		st := resp.StatusCode()
@@ -56,6 +69,7 @@ func FuzzAuthz(f *testing.F) {
 			if acct := resp.Header.Peek("X-Tollgate-Account"); string(acct) != "acme" || len(resp.Body()) != 0 {
 				t.Fatalf("200 without the account (%q) or with a body: %q", acct, resp.Body())
 			}
+			checkAdmittedAsRead(t, req, resp)
 			return
 		}
 		if st == 200 {
@@ -82,4 +96,89 @@ func FuzzAuthz(f *testing.F) {
 // it. Anything else ("/v1/authz0/../../livez") names another route.
 func forwardAuthURI(suffix string) bool {
 	return suffix == "" || suffix[0] == '/' || suffix[0] == '?'
+}
+
+// checkAdmittedAsRead is FuzzAuthz's oracle for an admitted call. It reads
+// the original request as the shard received it, independently of
+// route/uri.go (net/url and path.Clean), and fails unless the request is
+// one that no service could read as another — no raw '#' or byte outside
+// RFC 3986, no ';' or '\' in the path, no escaped separator, no segment
+// ending in a dot or space, no lower-case method, no method override — and
+// it was priced as that reading's route: POST /v1/chat 10 units,
+// /v1/embeddings the count header or 100, POST /v1/completions/** held at
+// 500 with a reservation, /admin/** never, anything else the default's 10.
+func checkAdmittedAsRead(t *testing.T, req *fasthttp.Request, resp *fasthttp.Response) {
+	t.Helper()
+	method, target := string(req.Header.Peek("X-Original-Method")), string(req.Header.Peek("X-Original-URI"))
+	if method == "" {
+		method = string(req.Header.Peek("X-Forwarded-Method"))
+	}
+	if target == "" {
+		target = string(req.Header.Peek("X-Forwarded-Uri"))
+	}
+	if raw := string(req.Header.RequestURI()); strings.HasPrefix(raw, "/v1/authz/") {
+		method, target = string(req.Header.Method()), raw[len("/v1/authz"):]
+	}
+	fail := func(why string) {
+		t.Helper()
+		t.Fatalf("admitted %s %q: %s (answer %q)", method, target, why, resp.Header.String())
+	}
+	if strings.ToUpper(method) != method {
+		fail("a lower-case method")
+	}
+	for _, h := range []string{"X-HTTP-Method-Override", "X-HTTP-Method", "X-Method-Override"} {
+		if len(req.Header.Peek(h)) > 0 {
+			fail("a method override header")
+		}
+	}
+	rawPath, rawQuery, _ := strings.Cut(target, "?")
+	if strings.ContainsAny(target, "# \"<>[]^`{|}") || strings.ContainsAny(rawPath, ";\\") {
+		fail("a character some reader takes differently")
+	}
+	for _, c := range []byte(target) {
+		if c < 0x21 || c > 0x7e {
+			fail("a byte outside visible ASCII")
+		}
+	}
+	lower := strings.ToLower(rawPath)
+	for _, esc := range []string{"%2f", "%5c", "%2e", "%3b", "%3f", "%23", "%25"} {
+		if strings.Contains(lower, esc) {
+			fail("an escaped separator " + esc)
+		}
+	}
+	if q, err := url.ParseQuery(strings.ReplaceAll(rawQuery, ";", "&")); err == nil {
+		for k := range q {
+			if strings.EqualFold(k, "_method") {
+				fail("a _method parameter")
+			}
+		}
+	}
+	decoded, err := url.PathUnescape(rawPath)
+	if err != nil {
+		fail("a path that does not decode: " + err.Error())
+	}
+	for _, seg := range strings.Split(decoded, "/") {
+		if seg != "." && seg != ".." && (strings.HasSuffix(seg, ".") || strings.HasSuffix(seg, " ")) {
+			fail("a segment ending in a dot or a space")
+		}
+	}
+	p := path.Clean(decoded)
+	units, reservation := string(resp.Header.Peek("X-Tollgate-Units")), string(resp.Header.Peek("X-Tollgate-Reservation"))
+	want, capture := "10", false
+	switch {
+	case p == "/admin" || strings.HasPrefix(p, "/admin/"):
+		fail("a denied route")
+	case method == "POST" && p == "/v1/chat":
+	case p == "/v1/embeddings":
+		want = "100"
+		if c := string(req.Header.Peek("X-Token-Count")); c != "" {
+			n, _ := strconv.ParseUint(c, 10, 64)
+			want = strconv.FormatUint(n, 10)
+		}
+	case method == "POST" && (p == "/v1/completions" || strings.HasPrefix(p, "/v1/completions/")):
+		want, capture = "500", true
+	}
+	if units != want || (reservation != "") != capture || capture && len(reservation) != reservationLen {
+		fail("priced " + units + " (reservation " + strconv.Quote(reservation) + "), but " + p + " costs " + want)
+	}
 }

@@ -96,7 +96,7 @@ const (
 	detailOp          = "must be a string of 1 to 64 bytes"
 	detailCount       = "must be an integer from 0 to 9223372036854775807"
 	detailTTL         = "must be an integer from 1 to 86400000 (milliseconds)"
-	detailReservation = "must be the 20 lowercase hex digits /v1/admit returned"
+	detailReservation = "must be the 36 lowercase hex digits /v1/admit or /v1/authz returned"
 	detailUnits       = "must be an integer from 0 to 9223372036854775807"
 )
 

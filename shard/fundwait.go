@@ -63,6 +63,7 @@ type fundingWaiter struct {
 	ttl      int64
 	n        int
 	work     [MaxWorkLines]core.WorkItem
+	authz    authzWork
 }
 
 // body returns the decoded body, if the request's snapshot is still the
@@ -71,7 +72,7 @@ func (w *fundingWaiter) body(snap *core.Snapshot) (admitBody, bool) {
 	if snap != w.snap {
 		return admitBody{}, false
 	}
-	return admitBody{work: w.work[:w.n], perms: w.perms, ttl: w.ttl, capture: w.capture}, true
+	return admitBody{work: w.work[:w.n], perms: w.perms, ttl: w.ttl, capture: w.capture, authz: w.authz}, true
 }
 
 // fundingWaits is the fixed table of waiters and their park order, which
@@ -149,7 +150,7 @@ func (s *Shard) waitForFunding(r *Request, p core.Principal, ctx *core.RequestCo
 	ev := s.engine.Evidence(ctx.Account())
 	*w = fundingWaiter{ticket: r.Defer(), deadline: r.Now + s.cfg.FundingWait, snap: ctx.Snapshot(),
 		account: ctx.Account(), principal: p, reason: d.Reason, mode: mode, evidence: ev,
-		seen: evidenceVersion(ev), perms: a.perms, ttl: a.ttl, capture: a.capture}
+		seen: evidenceVersion(ev), perms: a.perms, ttl: a.ttl, capture: a.capture, authz: a.authz}
 	w.n = copy(w.work[:], a.work)
 	s.waited++
 	return true

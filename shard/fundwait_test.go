@@ -142,7 +142,7 @@ func TestStagedAdmitWaitsToo(t *testing.T) {
 	if st != 200 || body["quote"] != float64(30) {
 		t.Fatalf("admit after waiting: %d %v", st, body)
 	}
-	if res, _ := body["reservation"].(string); len(res) != 20 || res[:4] != "0002" {
+	if res, _ := body["reservation"].(string); len(res) != reservationLen || res[:4] != "0002" {
 		t.Fatalf("reservation %q", res)
 	}
 }

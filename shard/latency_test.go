@@ -110,7 +110,7 @@ func TestLatencyOfPostponedAnswers(t *testing.T) {
 	// A commit of shard 1's reservation is forwarded, and answered when
 	// the owner's reply comes back.
 	at = t0 + 1
-	h.do("POST", "/v1/commit", "key-acme", `{"reservation":"00010000000000000007"}`)
+	h.do("POST", "/v1/commit", "key-acme", `{"reservation":"`+reservationOf(1, 7)+`"}`)
 	var fwd Outbound
 	for _, m := range h.drainOut() {
 		if m.Kind == OutForward {
@@ -136,11 +136,11 @@ func TestLatencyUntimedWhenSlotTakenOver(t *testing.T) {
 	h.provision("acme", "key-acme", 100_000)
 	at := t0 + 1
 	fakeClock(h, &at)
-	h.do("POST", "/v1/commit", "key-acme", `{"reservation":"00010000000000000007"}`)
+	h.do("POST", "/v1/commit", "key-acme", `{"reservation":"`+reservationOf(1, 7)+`"}`)
 	old := h.tickets
 	// Another postponement lands on the same slot.
 	h.tickets += deferSlots - 1
-	h.do("POST", "/v1/commit", "key-acme", `{"reservation":"00010000000000000008"}`)
+	h.do("POST", "/v1/commit", "key-acme", `{"reservation":"`+reservationOf(1, 8)+`"}`)
 	h.drainOut()
 	h.in.Push(Inbound{Kind: InReply, Op: OpCommit, Ticket: old, Status: uint16(outcomeOK)})
 	h.s.Poll(at)

@@ -1,9 +1,14 @@
 package shard
 
 import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"strconv"
+	"sync"
 
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fastjson"
@@ -11,38 +16,71 @@ import (
 	"github.com/tollgated/tollgated/core"
 )
 
-// reservationLen is the wire length of a reservation id: 4 hex digits of
-// shard, 16 of handle.
-const reservationLen = 20
+// A reservation id on the wire is its owner shard in the clear (4 hex
+// digits: any shard can forward an operation to the owner) and 32 hex
+// digits of one AES block under a key drawn from crypto/rand once per
+// process: the engine's handle (slot and generation, 8 bytes), the shard
+// again (2 bytes) and 6 zero bytes. The handle alone is a counter — the
+// next reservation's id differs from the last one's in a bit or two — so a
+// client that saw one could guess another's; encrypted, consecutive ids
+// look unrelated, and an id that was not issued decrypts to a block whose
+// 64 redundant bits (the shard and the zeros) match with probability
+// 2^-64. Ids do not outlive the process; nor do reservations (a restart
+// bills or releases every open one from its commit journal).
+const reservationLen = 36
 
-func appendReservation(b []byte, shard uint16, r core.Reservation) []byte {
-	var raw [10]byte
-	raw[0], raw[1] = byte(shard>>8), byte(shard)
-	id := r.ID()
-	for i := range 8 {
-		raw[2+i] = byte(id >> (56 - 8*i))
+// reservationKey is the process's reservation-id key, drawn once.
+var reservationKey = sync.OnceValue(func() cipher.Block {
+	var key [32]byte
+	rand.Read(key[:]) // never fails (crypto/rand)
+	b, err := aes.NewCipher(key[:])
+	if err != nil {
+		panic("shard: reservation-id cipher: " + err.Error())
 	}
-	return hex.AppendEncode(b, raw[:])
+	return b
+})
+
+// appendReservation appends r's wire id. It allocates nothing: the block
+// is ciphered in the shard's own buffer (a stack array passed to the
+// cipher's interface method would escape to the heap).
+func (s *Shard) appendReservation(b []byte, r core.Reservation) []byte {
+	return appendReservationID(b, &s.resWire, s.resCipher, s.cfg.ID, r.ID())
 }
 
-func parseReservation(s []byte) (shard uint16, id uint64, ok bool) {
-	if len(s) != reservationLen {
+// appendReservationID appends the wire id of engine handle id on shard,
+// ciphered by c in w.
+func appendReservationID(b []byte, w *[2 + aes.BlockSize]byte, c cipher.Block, shard uint16, id uint64) []byte {
+	binary.BigEndian.PutUint16(w[0:2], shard)
+	binary.BigEndian.PutUint64(w[2:10], id)
+	binary.BigEndian.PutUint16(w[10:12], shard)
+	clear(w[12:])
+	c.Encrypt(w[2:], w[2:])
+	return hex.AppendEncode(b, w[:])
+}
+
+// parseReservation reads a wire id: its owner shard and the engine handle,
+// ok only for an id this process issued (or one chance in 2^64).
+func (s *Shard) parseReservation(text []byte) (shard uint16, id uint64, ok bool) {
+	if len(text) != reservationLen {
 		return 0, 0, false
 	}
-	var raw [10]byte
-	for _, c := range s {
+	for _, c := range text {
 		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
 			return 0, 0, false
 		}
 	}
-	if _, err := hex.Decode(raw[:], s); err != nil {
+	w := &s.resWire
+	if _, err := hex.Decode(w[:], text); err != nil {
 		return 0, 0, false
 	}
-	shard = uint16(raw[0])<<8 | uint16(raw[1])
-	for i := range 8 {
-		id = id<<8 | uint64(raw[2+i])
+	shard = binary.BigEndian.Uint16(w[0:2])
+	s.resCipher.Decrypt(w[2:], w[2:])
+	redundant := uint64(binary.BigEndian.Uint16(w[10:12])^shard)<<48 | uint64(w[12])<<40 | uint64(w[13])<<32 |
+		uint64(binary.BigEndian.Uint32(w[14:18]))
+	if redundant != 0 {
+		return 0, 0, false
 	}
-	return shard, id, true
+	return shard, binary.BigEndian.Uint64(w[2:10]), true
 }
 
 // Fields of a commit or cancel body, and of a finish body.
@@ -74,11 +112,6 @@ func (s *Shard) decodeReservation(body []byte, op Op) (owner uint16, id uint64, 
 	if p.refused() {
 		return 0, 0, 0, p
 	}
-	owner, id, ok := parseReservation(rb)
-	if !ok {
-		s.refuseField("reservation")
-		return 0, 0, 0, invalid(detailReservation)
-	}
 	units = core.MaxCostUnits
 	if f[1] != nil {
 		n, p := s.integer(f[1], "units", 0, maxInt, detailUnits)
@@ -86,6 +119,13 @@ func (s *Shard) decodeReservation(body []byte, op Op) (owner uint16, id uint64, 
 			return 0, 0, 0, p
 		}
 		units = core.CostUnits(n)
+	}
+	// Read after every field's type is checked, so that a body's first
+	// mistake is named whatever the id says.
+	owner, id, ok := s.parseReservation(rb)
+	if !ok {
+		s.refuseField("reservation")
+		return 0, 0, 0, invalid(detailReservation)
 	}
 	return owner, id, units, p
 }
@@ -123,10 +163,10 @@ var outcomeProblems = [...]struct {
 }
 
 // runOp applies op to a reservation this shard owns, for principal p. A
-// reservation of another principal is reported unknown: its existence is
+// reservation p may not end (mayEnd) is reported unknown: its existence is
 // not the caller's to learn.
 func (s *Shard) runOp(op Op, r core.Reservation, p core.Principal, units core.CostUnits, now int64) opOutcome {
-	if owner, ok := s.engine.PrincipalOf(r); !ok || owner != p {
+	if !s.mayEnd(r, p) {
 		return opOutcome{code: outcomeUnknown}
 	}
 	var err error

@@ -86,7 +86,7 @@ func TestAPanicOutsideTheDecodersIsNotRecovered(t *testing.T) {
 	req.Header.SetMethod("POST")
 	req.SetRequestURI("/v1/commit")
 	req.Header.Set("Authorization", "Bearer key-acme")
-	req.SetBodyString(`{"reservation":"00070000000000000001"}`) // another shard's: forwarded
+	req.SetBodyString(`{"reservation":"` + reservationOf(7, 1) + `"}`) // another shard's: forwarded
 	defer func() {
 		if recover() == nil {
 			t.Fatal("a panic while forwarding was swallowed")

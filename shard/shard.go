@@ -6,6 +6,8 @@
 package shard
 
 import (
+	"crypto/aes"
+	"crypto/cipher"
 	"crypto/rand"
 	"io"
 	mrand "math/rand/v2"
@@ -52,6 +54,9 @@ type Config struct {
 	// PanicLog receives the one log line a shard writes when it recovers
 	// from a panic in a decoder (recover.go); nil means standard error.
 	PanicLog io.Writer
+	// AuthzKeyHeader names the header /v1/authz reads the customer's key
+	// from, whole; "" (or Authorization) reads Authorization: Bearer.
+	AuthzKeyHeader string
 }
 
 // MaxWorkLines bounds the lines of one workload.
@@ -103,6 +108,10 @@ type Shard struct {
 	hdr      []byte // header value scratch
 	ready    bool
 	inbuf    [64]Inbound
+
+	// resCipher and resWire encode reservation ids (ops.go).
+	resCipher cipher.Block
+	resWire   [2 + aes.BlockSize]byte
 
 	waits      fundingWaits
 	waiting    *fundingWaiter // the waiter being run again
@@ -184,6 +193,7 @@ func New(cfg Config, in *ring.Doorbell[Inbound], out *ring.Doorbell[Outbound]) (
 		mark:      new(DurableMark),
 	}
 	s.waker.s = s
+	s.resCipher = reservationKey()
 	if cfg.AckDurable {
 		s.acks = newAckQueue(cfg.AckQueue)
 	}

@@ -196,7 +196,7 @@ func TestStagedAdmitCommitFinish(t *testing.T) {
 		t.Fatalf("admit = %d %v", status, body)
 	}
 	res := body["reservation"].(string)
-	if len(res) != 20 || res[:4] != "0003" {
+	if len(res) != reservationLen || res[:4] != "0003" {
 		t.Fatalf("reservation %q does not name shard 3", res)
 	}
 	if exp, _ := body["expires_at"].(string); exp != "2023-11-14T22:13:25.000000001Z" {

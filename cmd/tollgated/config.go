@@ -48,6 +48,7 @@ type config struct {
 	groupCommit   time.Duration
 	usageHistory  int
 	events        eventArchive
+	authz         authzConfig
 	ack           string
 	cpuProfile    string
 	loop          loopLimits
@@ -92,6 +93,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.StringVar(&c.ack, "ack", "durable", "when answers that bill usage are sent: durable (once the usage is fsync'd to the spool: survives kill -9 and power loss) or immediate (at once; usage reaches the spool within a flush interval, and is lost if the process dies first — spend stays bounded)")
 	fs.IntVar(&c.usageHistory, "usage-history", 1000, "usage events kept per account for GET /v1/accounts/{id}/usage")
 	c.events.register(fs)
+	c.authz.register(fs)
 	fs.StringVar(&c.dataDir, "data-dir", "./tollgated-data", "directory for the ledger, the usage spool and the server secret")
 	fs.StringVar(&c.ledgerURL, "ledger", "", "where the ledger lives: empty for the embedded file in --data-dir, or a PostgreSQL URL (postgres://user@host/db) shared by a fleet")
 	fs.StringVar(&c.ledgerURLFile, "ledger-file", "", "a file holding the --ledger URL, so its password stays out of the process list and the environment")
@@ -247,6 +249,9 @@ func (c *config) finish(cpus, level string) error {
 		return fmt.Errorf("--usage-history %d: want 1 to 10000000", c.usageHistory)
 	}
 	if err := c.events.check(); err != nil {
+		return err
+	}
+	if err := c.authz.check(); err != nil {
 		return err
 	}
 	if c.dataDir == "" {

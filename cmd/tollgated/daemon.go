@@ -169,7 +169,7 @@ func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err 
 			},
 		},
 		Durable: cfg.ack == "durable", FundingWait: fundingWait(cfg.fundingWait),
-		DrainUsage: d.drainUsage, Log: log, Storage: d.storage,
+		DrainUsage: d.drainUsage, Log: log, Storage: d.storage, AuthzKeyHeader: cfg.authz.keyHeader,
 	})
 	if err != nil {
 		return nil, err

@@ -39,7 +39,7 @@ func startCaddy(t *testing.T, listen, tollgated, app string) {
 func TestCaddyInFrontOfTollgated(t *testing.T) {
 	requireTool(t, "caddy")
 	d := startTollgated(t)
-	app := newUpstream(t, d.listen)
+	app := newUpstream(t, d.listen, d.platformToken())
 	listen := freePort(t)
 	startCaddy(t, listen, d.listen, strings.TrimPrefix(app.URL, "http://"))
 	runGatewayScenarios(t, d, app, "http://"+listen, "caddy", true)

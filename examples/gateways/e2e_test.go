@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -192,14 +193,30 @@ func (d *daemon) usage(id string, n int) []float64 {
 	}
 }
 
+// platformToken issues a platform token: the service's credential for
+// finishing captures.
+func (d *daemon) platformToken() string {
+	d.t.Helper()
+	m := d.call("POST", "/v1/platform-tokens", nil, http.StatusCreated)
+	tok, _ := m["token"].(string)
+	if tok == "" {
+		d.t.Fatalf("no token in %v", m)
+	}
+	return tok
+}
+
 // seen is one request the upstream received.
 type seen struct {
-	method, path string
-	header       http.Header
+	method, path, target string // target: the request-target as sent
+	header               http.Header
 }
 
 // upstream is the service behind the gateway: it records what it sees and,
-// on the capture route, finishes the reservation with the units it "used".
+// on a capture route, finishes the reservation with its platform token and
+// the units it "used": the bytes it received on an upload, 37 otherwise.
+// A request carrying X-Test-Unfinished is served without a finish (the
+// service died before reporting), X-Test-Status sets the status, and one
+// whose body cannot be read whole is failed, unreported.
 type upstream struct {
 	*httptest.Server
 	mu       sync.Mutex
@@ -207,18 +224,28 @@ type upstream struct {
 	finished []string // /v1/finish answers
 }
 
-func newUpstream(t *testing.T, tollgated string) *upstream {
+func newUpstream(t *testing.T, tollgated, serviceToken string) *upstream {
 	u := &upstream{}
 	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
+		n, err := io.Copy(io.Discard, r.Body)
 		u.mu.Lock()
-		u.requests = append(u.requests, seen{r.Method, r.URL.Path, r.Header.Clone()})
+		u.requests = append(u.requests, seen{r.Method, r.URL.Path, r.RequestURI, r.Header.Clone()})
 		u.mu.Unlock()
-		if res := r.Header.Get("X-Tollgate-Reservation"); res != "" {
+		if err != nil {
+			// A body cut off (a gateway refused the rest): the work was
+			// not done, and is not reported.
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		if res := r.Header.Get("X-Tollgate-Reservation"); res != "" && r.Header.Get("X-Test-Unfinished") == "" {
 			// Authorize here, capture later: bill what the work used.
+			units := int64(37)
+			if strings.HasPrefix(r.URL.Path, "/v1/files/") {
+				units = n
+			}
 			req, _ := http.NewRequest("POST", "http://"+tollgated+"/v1/finish",
-				strings.NewReader(`{"reservation":"`+res+`","units":37}`))
-			req.Header.Set("Authorization", r.Header.Get("Authorization"))
+				strings.NewReader(fmt.Sprintf(`{"reservation":%q,"units":%d}`, res, units)))
+			req.Header.Set("Authorization", "Bearer "+serviceToken)
 			resp, err := http.DefaultClient.Do(req)
 			answer := fmt.Sprint(err)
 			if err == nil {
@@ -229,6 +256,10 @@ func newUpstream(t *testing.T, tollgated string) *upstream {
 			u.mu.Lock()
 			u.finished = append(u.finished, answer)
 			u.mu.Unlock()
+		}
+		if st := r.Header.Get("X-Test-Status"); st != "" {
+			code, _ := strconv.Atoi(st)
+			w.WriteHeader(code)
 		}
 		io.WriteString(w, "served "+r.URL.Path)
 	}))
@@ -364,7 +395,7 @@ func runGatewayScenarios(t *testing.T, d *daemon, app *upstream, base, name stri
 	// A funded key passes; the service learns who pays and nothing a client
 	// claimed about it.
 	r := send(t, "POST", base+"/v1/chat", funded, `{"hello":1}`,
-		"X-Tollgate-Account: someone-else", "X-Tollgate-Reservation: 0000000000000000ffff")
+		"X-Tollgate-Account: someone-else", "X-Tollgate-Reservation: "+strings.Repeat("0", 32)+"ffff")
 	if r.status != 200 || r.body != "served /v1/chat" {
 		t.Fatalf("funded request: %d %q", r.status, r.body)
 	}
@@ -432,19 +463,20 @@ func runGatewayScenarios(t *testing.T, d *daemon, app *upstream, base, name stri
 		t.Fatalf("the service saw %d refused requests", n-before-1)
 	}
 
-	// Routes price differently: a file upload costs its size (the gateway
-	// sets the count from Content-Length, whatever the client claims), any
-	// other route one request.
+	// Routes price differently: a file upload holds its size (the gateway
+	// sets the count from Content-Length, whatever the client claims) and
+	// is billed what the service received, the models list one request.
 	upload := strings.Repeat("x", 1234)
 	if r = send(t, "PUT", base+"/v1/files/report.csv", funded, upload, "X-Content-Length: 1"); r.status != 200 {
 		t.Fatalf("upload: %d %q", r.status, r.body)
 	}
 	if r = send(t, "GET", base+"/v1/models", funded, ""); r.status != 200 {
-		t.Fatalf("default route: %d %q", r.status, r.body)
+		t.Fatalf("models: %d %q", r.status, r.body)
 	}
 
 	// A chunked upload has no Content-Length when tollgated is asked: it
-	// pays its route's count, the most a body may be (1 MiB), not 1.
+	// holds its route's count, the most a body may be (1 MiB), and is
+	// billed the bytes the service received.
 	req, _ := http.NewRequest("PUT", base+"/v1/files/stream.bin", io.MultiReader(strings.NewReader(upload)))
 	req.Header.Set("Authorization", "Bearer "+chunked)
 	req.TransferEncoding = []string{"chunked"}
@@ -457,8 +489,8 @@ func runGatewayScenarios(t *testing.T, d *daemon, app *upstream, base, name stri
 	if resp.StatusCode != 200 {
 		t.Fatalf("chunked upload: %d", resp.StatusCode)
 	}
-	if u := d.usage(name+"-chunked", 1); len(u) != 1 || u[0] != 1<<20 {
-		t.Fatalf("a chunked upload was billed %v, want [%d]", u, 1<<20)
+	if u := d.usage(name+"-chunked", 1); len(u) != 1 || u[0] != float64(len(upload)) {
+		t.Fatalf("a chunked upload was billed %v, want [%d]", u, len(upload))
 	}
 
 	// Authorize here, capture later: the completion holds 4000 units; the
@@ -469,14 +501,14 @@ func runGatewayScenarios(t *testing.T, d *daemon, app *upstream, base, name stri
 	app.mu.Lock()
 	finished := append([]string(nil), app.finished...)
 	app.mu.Unlock()
-	if len(finished) != 1 || finished[0] != `200 {"billed":37}` {
-		t.Fatalf("the service's finish: %v", finished)
+	want := []string{`200 {"billed":1234}`, `200 {"billed":1234}`, `200 {"billed":37}`}
+	if !slices.Equal(finished, want) {
+		t.Fatalf("the service's finishes: %v, want %v", finished, want)
 	}
 
 	units := d.usage(name+"-funded", 4)
-	want := []float64{10, 10, 37, 1234}
-	if slices.Sort(units); !slices.Equal(units, want) {
-		t.Fatalf("ledger usage of %s-funded: %v, want %v", name, units, want)
+	if slices.Sort(units); !slices.Equal(units, []float64{10, 10, 37, 1234}) {
+		t.Fatalf("ledger usage of %s-funded: %v, want [10 10 37 1234]", name, units)
 	}
 	if u := d.usage(name+"-broke", 0); len(u) != 0 {
 		t.Fatalf("the broke account was billed %v", u)

@@ -76,7 +76,7 @@ func startNginx(t *testing.T, siteFile, listen, tollgated, app string) {
 func TestNginxInFrontOfTollgated(t *testing.T) {
 	requireTool(t, "nginx", "/usr/sbin/nginx")
 	d := startTollgated(t)
-	app := newUpstream(t, d.listen)
+	app := newUpstream(t, d.listen, d.platformToken())
 	listen := freePort(t)
 	startNginx(t, "nginx/tollgated.conf", listen, d.listen, strings.TrimPrefix(app.URL, "http://"))
 	runGatewayScenarios(t, d, app, "http://"+listen, "nginx", true)
@@ -88,7 +88,7 @@ func TestNginxInFrontOfTollgated(t *testing.T) {
 func TestNginxMinimalConfig(t *testing.T) {
 	requireTool(t, "nginx", "/usr/sbin/nginx")
 	d := startTollgated(t)
-	app := newUpstream(t, d.listen)
+	app := newUpstream(t, d.listen, d.platformToken())
 	listen := freePort(t)
 	startNginx(t, "nginx/minimal.conf", listen, d.listen, strings.TrimPrefix(app.URL, "http://"))
 	funded := d.account("minimal-funded", 1_000_000, nil)

@@ -1,12 +1,14 @@
 package gateways
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"os"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -165,6 +167,10 @@ func checkTraefik(static, dynamic node) []string {
 		if fa["trustForwardHeader"] == true {
 			c.fail(p+".forwardAuth.trustForwardHeader", "would let a client choose X-Forwarded-Uri")
 		}
+		// Without authRequestHeaders every client header reaches
+		// tollgated: a client's own X-Original-URI or count header.
+		passed := c.names(p+".forwardAuth.authRequestHeaders", fa["authRequestHeaders"])
+		checkPassedHeaders(c, p+".forwardAuth.authRequestHeaders", passed)
 	}
 	for name, s := range services {
 		p := "http.services." + name
@@ -315,6 +321,21 @@ func checkExtAuthz(c *checker, path string, tc node, clusters map[string]bool) {
 	if !clusters[c.str(path+".server_uri.cluster", uri["cluster"])] {
 		c.fail(path+".server_uri.cluster", "names no cluster %v", uri["cluster"])
 	}
+	if d, err := time.ParseDuration(fmt.Sprint(uri["timeout"])); err != nil || d < minAuthzTimeout {
+		c.fail(path+".server_uri.timeout", "must be at least %v: tollgated's funding wait (200 ms) and durable write", minAuthzTimeout)
+	}
+	var passed []string
+	if tc["allowed_headers"] != nil {
+		for i, pat := range c.list(path+".allowed_headers.patterns", c.object(path+".allowed_headers", tc["allowed_headers"], "patterns!")["patterns"]) {
+			m := c.object(fmt.Sprintf("%s.allowed_headers.patterns[%d]", path, i), pat, "exact", "prefix", "suffix", "contains", "safe_regex", "ignore_case")
+			if s, ok := m["exact"].(string); ok {
+				passed = append(passed, s)
+			} else {
+				c.fail(path+".allowed_headers", "name headers exactly: a pattern could pass a client's X-Original-URI")
+			}
+		}
+	}
+	checkPassedHeaders(c, path+".allowed_headers", append(passed, "authorization"))
 	if hs["path_prefix"] != "/v1/authz" {
 		c.fail(path+".path_prefix", "must be /v1/authz: tollgated reads the original path after it")
 	}
@@ -355,6 +376,30 @@ func checkExtAuthz(c *checker, path string, tc node, clusters map[string]bool) {
 	}
 }
 
+// minAuthzTimeout is the least time a gateway should wait for tollgated:
+// the default funding wait (200 ms) plus the durable write, rounded up.
+const minAuthzTimeout = time.Second
+
+// checkPassedHeaders checks the client headers a gateway passes to
+// tollgated: the credential and the method overrides (so that tollgated
+// sees what the service will), and none of the headers tollgated trusts
+// only from the gateway.
+func checkPassedHeaders(c *checker, path string, passed []string) {
+	has := func(h string) bool {
+		return slices.ContainsFunc(passed, func(p string) bool { return strings.EqualFold(p, h) })
+	}
+	for _, h := range []string{"Authorization", "X-HTTP-Method-Override", "X-HTTP-Method", "X-Method-Override"} {
+		if !has(h) {
+			c.fail(path, "does not pass %s to tollgated", h)
+		}
+	}
+	for _, h := range []string{"X-Original-Method", "X-Original-URI", "X-Forwarded-Method", "X-Forwarded-Uri", "X-Content-Length"} {
+		if has(h) {
+			c.fail(path, "passes a client's %s to tollgated", h)
+		}
+	}
+}
+
 func TestTraefikConfigMatchesItsSchema(t *testing.T) {
 	if p := checkTraefik(load(t, "traefik/traefik.yml"), load(t, "traefik/dynamic.yml")); len(p) > 0 {
 		t.Fatalf("traefik configuration:\n%s", strings.Join(p, "\n"))
@@ -379,6 +424,11 @@ func TestSchemaChecksCatchMistakes(t *testing.T) {
 		{"wrong path", func(_, d node) { fa(d)["address"] = "http://127.0.0.1:8080/v1/check" }},
 		{"reservation not forwarded", func(_, d node) { fa(d)["authResponseHeaders"] = []any{"X-Tollgate-Account"} }},
 		{"trusted forward headers", func(_, d node) { fa(d)["trustForwardHeader"] = true }},
+		{"every client header passed", func(_, d node) { delete(fa(d), "authRequestHeaders") }},
+		{"a client's count header passed", func(_, d node) {
+			fa(d)["authRequestHeaders"] = append(fa(d)["authRequestHeaders"].([]any), "X-Content-Length")
+		}},
+		{"overrides not passed", func(_, d node) { fa(d)["authRequestHeaders"] = []any{"Authorization"} }},
 		{"unknown service", func(_, d node) { router(d)["service"] = "nope" }},
 		{"unguarded router", func(_, d node) { delete(router(d), "middlewares") }},
 		{"unknown entry point", func(_, d node) { router(d)["entryPoints"] = []any{"websecure"} }},
@@ -398,6 +448,12 @@ func TestSchemaChecksCatchMistakes(t *testing.T) {
 		{"fail open", func(a node) { a["failure_mode_allow"] = true }},
 		{"misspelt option", func(a node) { a["http_servce"] = a["http_service"] }},
 		{"no timeout", func(a node) { delete(a["http_service"].(node)["server_uri"].(node), "timeout") }},
+		{"timeout below the funding wait", func(a node) { a["http_service"].(node)["server_uri"].(node)["timeout"] = "0.25s" }},
+		{"overrides not passed", func(a node) { delete(a, "allowed_headers") }},
+		{"a client's original URI passed", func(a node) {
+			p := a["allowed_headers"].(node)
+			p["patterns"] = append(p["patterns"].([]any), node{"exact": "x-original-uri"})
+		}},
 		{"unknown cluster", func(a node) { a["http_service"].(node)["server_uri"].(node)["cluster"] = "nope" }},
 		{"headers not forwarded", func(a node) {
 			a["http_service"].(node)["authorization_response"].(node)["allowed_upstream_headers"] = node{"patterns": []any{node{"exact": "x-tollgate-account"}}}
@@ -438,4 +494,41 @@ func envoyFilter(boot node, name string) node {
 		}
 	}
 	return nil
+}
+
+// TestExamplePolicyDefaultIsNotCheaperThanItsRules: a request the rules
+// miss (a path the service routes in a way no rule foresaw) must never be
+// cheaper than a route it may really be, so the example's default costs at
+// least what its costliest rule can.
+func TestExamplePolicyDefaultIsNotCheaperThanItsRules(t *testing.T) {
+	raw, err := os.ReadFile("policy.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p struct {
+		Operations map[string]struct{ Weight uint64 }
+		Routes     struct {
+			Rules []struct {
+				Path, Op string
+				Count    uint64
+				Deny     bool
+			}
+			Default *struct {
+				Op    string
+				Count uint64
+			}
+		}
+	}
+	if err := json.Unmarshal(raw, &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.Routes.Default == nil {
+		return // unmatched requests are refused: nothing to undercut
+	}
+	def := p.Operations[p.Routes.Default.Op].Weight * p.Routes.Default.Count
+	for _, r := range p.Routes.Rules {
+		if cost := p.Operations[r.Op].Weight * r.Count; !r.Deny && cost > def {
+			t.Errorf("the default costs %d, less than %s's %d", def, r.Path, cost)
+		}
+	}
 }
