@@ -147,9 +147,9 @@ func (s *Server) cloudEvent(rec *record.Record) cloudEvent {
 	ev := cloudEvent{
 		SpecVersion: eventSpecVersion, Type: eventType, Source: s.node, Subject: u.Account, ID: id,
 		Time: timestamp(u.OccurredAt), DataContentType: eventContentType,
-		Data: eventData{Units: u.Units, Kind: usageSources[u.Source], LeaseID: u.LeaseID},
+		Data: eventData{Units: u.Units, Kind: usageSources[ledger.UsageSource(u.Source)], LeaseID: u.LeaseID},
 	}
-	if u.Source == ledger.UsagePostPaid {
+	if u.Source == record.SourcePostPaid {
 		ev.Data.EventID = rec.EventID
 	} else {
 		ev.Data.RequestID = id

@@ -15,8 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/tollgated/tollgated/control/record"
 	"github.com/tollgated/tollgated/credential"
-	"github.com/tollgated/tollgated/ledger"
 	"github.com/tollgated/tollgated/ledger/boltstore"
 )
 
@@ -40,7 +40,7 @@ func FuzzEventsQuery(f *testing.F) {
 	s := eventSpool(f, dir, 4096)
 	var last uint64
 	for i := range 200 {
-		last = spoolRecord(f, s, usageRecord(byte(i), "acme", ledger.UsageLease, 3, startNs))
+		last = spoolRecord(f, s, usageRecord(byte(i), "acme", record.SourceLease, 3, startNs))
 	}
 	if err := s.Sync(); err != nil {
 		f.Fatal(err)

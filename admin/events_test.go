@@ -11,7 +11,6 @@ import (
 	"github.com/tollgated/tollgated/control/record"
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/credential"
-	"github.com/tollgated/tollgated/ledger"
 	"github.com/tollgated/tollgated/spool"
 )
 
@@ -55,9 +54,9 @@ func (h *harness) withEvents(log EventLog, node string) {
 	h.serve(Limits{})
 }
 
-func usageRecord(id byte, account core.AccountID, src ledger.UsageSource, units core.CostUnits, at int64) record.Record {
-	r := record.Record{Kind: record.Usage, Usage: ledger.Usage{ID: [16]byte{id, 0xee}, Account: account, Source: src, Units: units, OccurredAt: at}}
-	if src == ledger.UsageLease {
+func usageRecord(id byte, account core.AccountID, src record.Source, units core.CostUnits, at int64) record.Record {
+	r := record.Record{Kind: record.Usage, Usage: record.Event{ID: [16]byte{id, 0xee}, Account: account, Source: src, Units: units, OccurredAt: at}}
+	if src == record.SourceLease {
 		r.Usage.LeaseID, r.Usage.Token = 7, 3
 		r.Revision = core.PolicyRevision{id, 0xab}
 	}
@@ -80,11 +79,11 @@ func TestEventsStreamEveryBilledEventOnce(t *testing.T) {
 	start := empty["next_cursor"].(string)
 
 	want := []record.Record{
-		usageRecord(1, "acme", ledger.UsageLease, 10, at),
-		{Kind: record.Commit, Usage: ledger.Usage{ID: [16]byte{2}, Account: "acme", Source: ledger.UsageLease, LeaseID: 7, Units: 5, OccurredAt: at}},
-		usageRecord(3, "acme", ledger.UsageOverage, 4, at+1),
-		usageRecord(4, "agent", ledger.UsagePostPaid, 120, at+2),
-		usageRecord(5, "agent", ledger.UsagePostPaid, 30, at+3), // spooled before reporters' ids were kept
+		usageRecord(1, "acme", record.SourceLease, 10, at),
+		{Kind: record.Commit, Usage: record.Event{ID: [16]byte{2}, Account: "acme", Source: record.SourceLease, LeaseID: 7, Units: 5, OccurredAt: at}},
+		usageRecord(3, "acme", record.SourceOverage, 4, at+1),
+		usageRecord(4, "agent", record.SourcePostPaid, 120, at+2),
+		usageRecord(5, "agent", record.SourcePostPaid, 30, at+3), // spooled before reporters' ids were kept
 	}
 	want[3].EventID = "run-7/event-1"
 	for _, r := range want {
@@ -117,7 +116,7 @@ func TestEventsStreamEveryBilledEventOnce(t *testing.T) {
 		ev := items[i].(map[string]any)
 		data := ev["data"].(map[string]any)
 		id := hex.EncodeToString(r.Usage.ID[:])
-		kind := map[ledger.UsageSource]string{ledger.UsageLease: "lease", ledger.UsageOverage: "overage", ledger.UsagePostPaid: "post_paid"}[r.Usage.Source]
+		kind := map[record.Source]string{record.SourceLease: "lease", record.SourceOverage: "overage", record.SourcePostPaid: "post_paid"}[r.Usage.Source]
 		if ev["specversion"] != "1.0" || ev["type"] != "tollgated.usage" || ev["source"] != "node-a" ||
 			ev["subject"] != string(r.Usage.Account) || ev["id"] != id || ev["datacontenttype"] != "application/json" ||
 			ev["time"] != time.Unix(0, r.Usage.OccurredAt).UTC().Format(time.RFC3339Nano) ||
@@ -125,15 +124,15 @@ func TestEventsStreamEveryBilledEventOnce(t *testing.T) {
 			t.Fatalf("event %d: %v, want %+v", i, ev, r)
 		}
 		switch r.Usage.Source {
-		case ledger.UsageLease:
+		case record.SourceLease:
 			if data["request_id"] != id || data["policy_revision"] != hex.EncodeToString(r.Revision[:]) || data["lease_id"] != float64(7) {
 				t.Fatalf("lease event data %v", data)
 			}
-		case ledger.UsageOverage:
+		case record.SourceOverage:
 			if data["request_id"] != id || data["policy_revision"] != nil || data["lease_id"] != nil {
 				t.Fatalf("overage event data %v", data)
 			}
-		case ledger.UsagePostPaid:
+		case record.SourcePostPaid:
 			want := any(nil) // spooled before reporters' ids were kept
 			if r.EventID != "" {
 				want = r.EventID
@@ -155,7 +154,7 @@ func TestEventsCursorProblems(t *testing.T) {
 	first := h.ok(http.StatusOK, "GET", "/v1/events", "")["next_cursor"].(string)
 	var last uint64
 	for i := range 300 {
-		last = spoolRecord(t, s, usageRecord(byte(i), "acme", ledger.UsageOverage, 1, startNs))
+		last = spoolRecord(t, s, usageRecord(byte(i), "acme", record.SourceOverage, 1, startNs))
 	}
 	if err := s.Sync(); err != nil {
 		t.Fatal(err)

@@ -3,7 +3,7 @@ package control
 import (
 	"sync"
 
-	"github.com/tollgated/tollgated/ledger"
+	"github.com/tollgated/tollgated/control/record"
 )
 
 // PostPaidClaims are post-paid events the plane is billing itself (to
@@ -22,7 +22,7 @@ type PostPaidClaims struct {
 func NewPostPaidClaims() *PostPaidClaims { return &PostPaidClaims{ids: make(map[[16]byte]int)} }
 
 // Claim holds evs back from the exporter.
-func (c *PostPaidClaims) Claim(evs []ledger.Usage) {
+func (c *PostPaidClaims) Claim(evs []record.Event) {
 	c.mu.Lock()
 	for i := range evs {
 		c.ids[evs[i].ID]++
@@ -31,7 +31,7 @@ func (c *PostPaidClaims) Claim(evs []ledger.Usage) {
 }
 
 // Unclaim lets the exporter bill evs again.
-func (c *PostPaidClaims) Unclaim(evs []ledger.Usage) {
+func (c *PostPaidClaims) Unclaim(evs []record.Event) {
 	c.mu.Lock()
 	for i := range evs {
 		if c.ids[evs[i].ID]--; c.ids[evs[i].ID] <= 0 {

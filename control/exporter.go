@@ -236,7 +236,7 @@ func (e *Exporter) exportBatch(ctx context.Context) (int, error) {
 		if err != nil {
 			return fmt.Errorf("spool record %d: %w", seq, err)
 		}
-		u := rec.Usage
+		u := LedgerUsage(&rec.Usage)
 		switch {
 		case rec.Kind == record.Commit, rec.Kind == record.Hole: // a journal entry or a lost record's place: not a bill
 		case u.Source == ledger.UsagePostPaid:

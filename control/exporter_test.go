@@ -36,7 +36,9 @@ func exporterFixture(t *testing.T) (*memSpool, *boltstore.Store, ledger.Lease) {
 }
 
 func spoolUsage(s *memSpool, u ledger.Usage) {
-	s.Append(record.Append(nil, &record.Record{Kind: record.Usage, Usage: u}))
+	ev := record.Event{ID: u.ID, Account: u.Account, Source: record.Source(u.Source), LeaseID: u.LeaseID, Token: u.Token,
+		Units: u.Units, OccurredAt: u.OccurredAt}
+	s.Append(record.Append(nil, &record.Record{Kind: record.Usage, Usage: ev}))
 }
 
 func leaseEvent(l ledger.Lease, id byte, units uint64) ledger.Usage {
@@ -54,7 +56,7 @@ func TestExporterSettlesEachBatchOnce(t *testing.T) {
 	}
 	spoolUsage(sp, ledger.Usage{ID: [16]byte{8}, Account: "acme", Source: ledger.UsageOverage, Units: 7})
 	sp.Append(record.Append(nil, &record.Record{Kind: record.Commit,
-		Usage: ledger.Usage{ID: [16]byte{9}, Account: "acme", Source: ledger.UsageLease, LeaseID: l.ID, Token: l.Token, Units: 99}}))
+		Usage: record.Event{ID: [16]byte{9}, Account: "acme", Source: record.SourceLease, LeaseID: l.ID, Token: l.Token, Units: 99}}))
 	spoolUsage(sp, ledger.Usage{ID: [16]byte{10}, Account: "acme", Source: ledger.UsagePostPaid, Units: 3})
 	spoolUsage(sp, ledger.Usage{ID: [16]byte{11}, Account: "nobody", Source: ledger.UsagePostPaid, Units: 3})
 	e := NewExporter(sp, store, "n1", 3) // several batches
@@ -119,7 +121,7 @@ func TestExporterWaitsForEventsThePlaneClaimed(t *testing.T) {
 	spoolUsage(sp, claimed)
 	spoolUsage(sp, ledger.Usage{ID: [16]byte{3}, Account: "acme", Source: ledger.UsagePostPaid, Units: 1})
 	claims := NewPostPaidClaims()
-	claims.Claim([]ledger.Usage{claimed})
+	claims.Claim([]record.Event{{ID: claimed.ID}})
 	e := NewExporter(sp, store, "n1", 256)
 	e.Claims = claims
 	if err := e.Export(context.Background()); err != nil {
@@ -128,7 +130,7 @@ func TestExporterWaitsForEventsThePlaneClaimed(t *testing.T) {
 	if st := e.Stats(); st.PostAccepted != 1 || st.Exported != 1 {
 		t.Fatalf("with a claim: %+v, want to stop before the claimed event", st)
 	}
-	claims.Unclaim([]ledger.Usage{claimed})
+	claims.Unclaim([]record.Event{{ID: claimed.ID}})
 	if err := e.Export(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/tollgated/tollgated/control/message"
 	"github.com/tollgated/tollgated/control/plane"
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/credential"
@@ -48,8 +49,8 @@ func newNode(t *testing.T, n int, lc LeaseConfig) *node {
 	nd := &node{t: t, store: store, spool: &memSpool{}, syncing: new(shard.SpoolSyncing), mu: make([]sync.Mutex, n)}
 	var links []Link
 	for i := range n {
-		inR, _ := ring.New[shard.Inbound](1024)
-		outR, _ := ring.New[shard.Outbound](1 << 14)
+		inR, _ := ring.New[message.Inbound](1024)
+		outR, _ := ring.New[message.Outbound](1 << 14)
 		in, _ := ring.NewDoorbell(inR)
 		out, _ := ring.NewDoorbell(outR)
 		s, err := shard.New(shard.Config{ID: uint16(i), Secret: secret, MaxReservations: 4096, KeyUseReport: 20e6,

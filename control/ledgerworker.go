@@ -3,10 +3,14 @@ package control
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/tollgated/tollgated/control/funding"
+	"github.com/tollgated/tollgated/control/plane"
+	"github.com/tollgated/tollgated/control/record"
+	"github.com/tollgated/tollgated/invariant"
 	"github.com/tollgated/tollgated/ledger"
 )
 
@@ -102,37 +106,69 @@ func (w *ledgerWorker) run1(c funding.Call) funding.Result {
 }
 
 // RunCall runs funding call c against store at now and reports its
-// result, with the ledger's evidence on a grant or a refusal.
+// result as the funding machine reads it, with the ledger's evidence on a
+// grant or a refusal.
 func RunCall(ctx context.Context, store ledger.Store, c funding.Call, now int64) funding.Result {
-	r := funding.Result{ID: c.ID}
-	var ev ledger.Evidence
+	var (
+		l   ledger.Lease
+		ev  ledger.Evidence
+		err error
+	)
 	switch c.Kind {
 	case funding.CallAcquire:
-		r.Lease, ev, r.Err = store.Acquire(ctx, c.Account, c.Holder, c.Want, c.Need, c.TTL, now)
+		l, ev, err = store.Acquire(ctx, c.Account, c.Holder, c.Want, c.Need, c.TTL, now)
 	case funding.CallExtend:
-		r.Lease, ev, r.Err = store.Extend(ctx, c.Lease, c.Token, c.Want, c.Need, c.TTL, now)
+		l, ev, err = store.Extend(ctx, c.Lease, c.Token, c.Want, c.Need, c.TTL, now)
 	case funding.CallRelease:
-		r.Err = store.Release(ctx, c.Lease, c.Token, c.Unspent, now)
-		return r
+		err = store.Release(ctx, c.Lease, c.Token, c.Unspent, now)
+	default:
+		invariant.Violated(invariant.UnknownKind, fmt.Sprintf("a funding call of kind %d", c.Kind))
+		return funding.Result{ID: c.ID, Outcome: funding.Invalid, Detail: "unknown call kind"}
 	}
+	r := funding.Result{ID: c.ID, Outcome: outcomeOf(c.Kind, err),
+		Lease: funding.Grant{ID: l.ID, Token: l.Token, Granted: l.Granted, Used: l.Used, ExpiresAt: l.ExpiresAt}}
 	var refusal *ledger.Refusal
 	switch {
-	case r.Err == nil:
+	case err == nil && c.Kind != funding.CallRelease:
 		r.Evidence, r.HasEvidence = ev, true
-	case errors.As(r.Err, &refusal):
+	case errors.As(err, &refusal):
 		r.Evidence, r.HasEvidence = refusal.Evidence, true
+	}
+	if err != nil {
+		r.Detail = err.Error()
 	}
 	return r
 }
 
+// outcomeOf reads a ledger call's error as the funding machine's outcome.
+func outcomeOf(k funding.CallKind, err error) funding.Outcome {
+	var refusal *ledger.Refusal
+	switch {
+	case err == nil:
+		return funding.OK
+	case errors.As(err, &refusal) && refusal.Reason == ledger.RefusedInactive:
+		return funding.RefusedInactive
+	case errors.As(err, &refusal):
+		return funding.Refused
+	case errors.Is(err, ledger.ErrPeriodEnded):
+		return funding.PeriodEnded
+	case errors.Is(err, ledger.ErrInvalid):
+		return funding.Invalid
+	case k == funding.CallRelease && (errors.Is(err, ledger.ErrLeaseNotActive) || errors.Is(err, ledger.ErrFenced) ||
+		errors.Is(err, ledger.ErrNotFound)):
+		return funding.Ended
+	}
+	return funding.Failed
+}
+
 // ingest bills post-paid events and posts the outcome to done on the plane.
-func (w *ledgerWorker) ingest(events []ledger.Usage, now int64, done func([]ledger.IngestResult, error)) {
+func (w *ledgerWorker) ingest(events []record.Event, now int64, done func([]plane.IngestResult, error)) {
 	w.submit(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
 		ctx, span := startSpan(ctx, "ledger.ingest", attrEvents.Int(len(events)))
-		res, err := w.store.Ingest(ctx, events, now)
+		res, err := w.store.Ingest(ctx, LedgerUsages(events), now)
 		endSpan(span, err)
 		cancel()
-		w.post(func() { done(res, err) })
+		w.post(func() { done(IngestResults(res), err) })
 	})
 }

@@ -1,9 +1,11 @@
 // Package control runs tollgated's control plane: the shell around its
-// state machine (control/plane). One goroutine pops the shards' rings,
-// feeds what it finds to the machine, and carries out what the machine
-// asks — shard messages into rings, ledger calls on a worker goroutine,
-// records into the usage spool, evidence into the cells shards read — then
-// sleeps until the machine's next deadline or the next input. The package
+// state machine (control/plane). The Shell pops the shards' rings, feeds
+// what it finds to the machine, and carries out what the machine asks —
+// shard messages into rings, ledger calls, records into the usage spool,
+// evidence into the cells shards read; the Plane runs it on one goroutine
+// that sleeps until the machine's next deadline or the next input, with
+// the ledger's work on a worker goroutine. The simulator runs the same
+// Shell on a virtual clock. The package
 // also holds what surrounds the plane: the Provisioner (ledger → shards),
 // the Exporter (spool → ledger) and Recover (same-node recovery at start).
 package control
@@ -21,11 +23,11 @@ import (
 
 	"github.com/tollgated/tollgated/control/durability"
 	"github.com/tollgated/tollgated/control/funding"
+	"github.com/tollgated/tollgated/control/message"
 	"github.com/tollgated/tollgated/control/plane"
 	"github.com/tollgated/tollgated/control/shares"
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/credential"
-	"github.com/tollgated/tollgated/invariant"
 	"github.com/tollgated/tollgated/ledger"
 	"github.com/tollgated/tollgated/ring"
 	"github.com/tollgated/tollgated/shard"
@@ -34,9 +36,9 @@ import (
 // Link is what joins the plane and one shard: a ring each way and the
 // shard's durable mark.
 type Link struct {
-	In      *ring.Doorbell[shard.Inbound]  // plane → shard
-	Out     *ring.Doorbell[shard.Outbound] // shard → plane
-	Durable *shard.DurableMark             // plane → shard: its events on disk
+	In      *ring.Doorbell[message.Inbound]  // plane → shard
+	Out     *ring.Doorbell[message.Outbound] // shard → plane
+	Durable *shard.DurableMark               // plane → shard: its events on disk
 }
 
 // Spool is where the plane makes usage durable: spool.Spool satisfies it.
@@ -95,30 +97,17 @@ type LeaseConfig struct {
 // are safe to call from any goroutine: they hand work to the plane's
 // goroutine and wait for it.
 type Plane struct {
-	cfg    Config
-	links  []Link
-	m      *plane.Machine
-	worker *ledgerWorker
-	cmds   chan func()
-	ended  chan struct{} // closed when Run has returned: nothing reads cmds any more
-	ready  atomic.Bool   // MarkReady succeeded: provisioning waits for delivery
-	kick   chan struct{}
-
-	// backlog holds spool records the spool refused as full, in order.
-	// While it is not empty no shard ring is read, so shards fill their
-	// rings and shed new billing (accounting-busy): the bound is the
-	// records one pass produced.
-	backlog  [][]byte
-	broken   bool
+	cfg      Config
+	links    []Link
+	sh       *Shell
+	m        *plane.Machine // sh's: only the plane's goroutine touches it
+	worker   *ledgerWorker
+	hooks    *planeHooks
+	cmds     chan func()
+	ended    chan struct{} // closed when Run has returned: nothing reads cmds any more
+	ready    atomic.Bool   // MarkReady succeeded: provisioning waits for delivery
+	kick     chan struct{}
 	lastWork int64
-	appended uint64 // the spool sequence of the last record this plane appended
-
-	// popped receives each shard's outbound messages in turn; only the
-	// plane's goroutine touches it. (A pool, Get and Put for every shard on
-	// every pass, cost about a tenth of the plane's CPU at 64 shards.)
-	popped *[256]shard.Outbound
-	// marks are the durable marks as last published, per shard.
-	marks []uint64
 
 	mu    sync.Mutex // guards floor, read by the exporter's goroutine
 	floor uint64
@@ -131,11 +120,6 @@ func New(cfg Config, links []Link) (*Plane, error) {
 	}
 	if cfg.Store == nil || cfg.Spool == nil {
 		return nil, errors.New("control: a plane needs a ledger and a spool")
-	}
-	for _, l := range links {
-		if l.In == nil || l.Out == nil || l.Durable == nil {
-			return nil, errors.New("control: a link needs both rings and a durable mark")
-		}
 	}
 	if cfg.Now == nil {
 		cfg.Now = func() int64 { return time.Now().UnixNano() }
@@ -155,8 +139,15 @@ func New(cfg Config, links []Link) (*Plane, error) {
 		KeyUseFlush: int64(cfg.KeyUseFlush),
 	})
 	p := &Plane{cfg: cfg, links: links, m: m, cmds: make(chan func(), 1024), kick: make(chan struct{}, 1),
-		ended: make(chan struct{}), popped: new([256]shard.Outbound), marks: make([]uint64, len(links))}
+		ended: make(chan struct{})}
 	p.worker = newLedgerWorker(cfg.Store, cfg.Lease.CallTimeout, p.post)
+	p.hooks = newPlaneHooks(p, cfg.FundingChanged, cfg.KeysUsed)
+	sh, err := NewShell(m, links, ShellIO{Spool: cfg.Spool, IsFull: cfg.IsFull, Ledger: planeLedger{p},
+		Hooks: p.hooks, Claims: cfg.Claims, Syncing: cfg.Syncing})
+	if err != nil {
+		return nil, err
+	}
+	p.sh = sh
 	p.floor = cfg.Spool.Durable()
 	return p, nil
 }
@@ -178,13 +169,11 @@ func (p *Plane) Kick() {
 	}
 }
 
-// Do runs fn on the plane's goroutine with the machine and waits for it.
-// Once the plane has stopped, fn does not run and Do returns at once: a
-// publisher racing the node's shutdown (the fleet's followers, the
-// provisioner) must not wait forever for a loop that is gone.
-func (p *Plane) Do(fn func(m *plane.Machine, now int64)) { p.do(fn) }
-
-// do is Do, reporting whether fn ran.
+// do runs fn on the plane's goroutine with the machine and waits for it,
+// reporting whether fn ran. Once the plane has stopped, fn does not run
+// and do returns at once: a publisher racing the node's shutdown (the
+// fleet's followers, the provisioner) must not wait forever for a loop
+// that is gone.
 func (p *Plane) do(fn func(m *plane.Machine, now int64)) bool {
 	done := make(chan struct{})
 	select {
@@ -215,6 +204,8 @@ func (p *Plane) Run(stop <-chan struct{}) {
 	defer close(p.ended) // last: the worker's results still run below
 	p.worker.start()
 	defer p.stopWorker()
+	p.hooks.start()
+	defer p.serveUntil(p.hooks.stop)
 	bells := p.watchBells()
 	defer func() {
 		for _, f := range bells {
@@ -236,25 +227,12 @@ func (p *Plane) Run(stop <-chan struct{}) {
 	}
 }
 
-// step is one pass: inputs in, intents out. It reports how much it found.
+// step is one pass: commands, then the shell's pass.
 func (p *Plane) step() int {
 	now := p.cfg.Now()
 	worked := p.drainCommands()
-	if p.retryBacklog() {
-		for i := range p.links {
-			worked += p.drainShard(i, now)
-		}
-	}
-	p.m.SpoolDurable(p.cfg.Spool.Durable())
-	if next := p.m.Next(); next != 0 && now >= next {
-		p.m.Tick(now)
-		worked++
-	}
-	worked += p.execute(now)
+	worked += p.sh.Step(now)
 	p.publish()
-	if p.cfg.Syncing != nil {
-		p.cfg.Syncing.Set(p.appended > p.cfg.Spool.Durable())
-	}
 	if worked > 0 {
 		p.lastWork = now
 	}
@@ -285,7 +263,7 @@ const (
 // 20 µs on the CPUs the shards need.
 func (p *Plane) sleep(stop <-chan struct{}, timer *time.Timer) {
 	now := p.cfg.Now()
-	busy := now-p.lastWork < busyWindow || p.undelivered() || len(p.backlog) > 0
+	busy := now-p.lastWork < busyWindow || p.sh.Undelivered() || p.sh.Backlog() > 0
 	announced := 0
 	for _, l := range p.links {
 		ok := false
@@ -338,16 +316,6 @@ func (p *Plane) sleep(stop <-chan struct{}, timer *time.Timer) {
 	}
 }
 
-// undelivered reports whether messages wait for room in a shard's ring.
-func (p *Plane) undelivered() bool {
-	for i := range p.links {
-		if len(p.m.Queue(i)) > 0 {
-			return true
-		}
-	}
-	return false
-}
-
 func (p *Plane) drainCommands() int {
 	n := 0
 	for {
@@ -359,135 +327,6 @@ func (p *Plane) drainCommands() int {
 			return n
 		}
 	}
-}
-
-func (p *Plane) drainShard(i int, now int64) int {
-	buf := p.popped
-	k := p.links[i].Out.Ring().PopBatch(buf[:])
-	for j := range k {
-		p.m.FromShard(i, &buf[j], now)
-		buf[j] = shard.Outbound{}
-	}
-	return k
-}
-
-// execute carries out the machine's intents: effects in order, then each
-// shard's queue into its ring as far as it has room.
-func (p *Plane) execute(now int64) int {
-	n := 0
-	for i := range p.m.Effects() {
-		e := &p.m.Effects()[i]
-		n++
-		switch e.Kind {
-		case plane.EffectCall:
-			p.worker.call(e.Call, func(r funding.Result) {
-				p.m.LedgerDone(r, p.cfg.Now())
-			})
-		case plane.EffectAppend:
-			for seq, rec := range p.m.Records(e) {
-				p.append(seq, rec)
-			}
-		case plane.EffectPublish:
-			if e.Clear {
-				e.Cell.Clear()
-			} else {
-				e.Cell.Store(e.Evidence)
-			}
-		case plane.EffectIngest:
-			in := e.Ingest
-			p.worker.ingest(in.Events, p.cfg.Now(), func(res []ledger.IngestResult, err error) {
-				p.m.IngestDone(in, res, err)
-			})
-		case plane.EffectClaim:
-			if p.cfg.Claims != nil {
-				p.cfg.Claims.Claim(e.Ingest.Events)
-			}
-		case plane.EffectUnclaim:
-			if p.cfg.Claims != nil {
-				p.cfg.Claims.Unclaim(e.Ingest.Events)
-			}
-		case plane.EffectFundingChanged:
-			go func(ids []core.AccountID, in *plane.Ingest) {
-				if f := p.cfg.FundingChanged; f != nil {
-					f(ids) // publishes the new evidence through Do
-				}
-				p.Do(func(m *plane.Machine, _ int64) { m.Refreshed(in) })
-			}(e.Accounts, e.Ingest)
-		case plane.EffectKeysUsed:
-			if f := p.cfg.KeysUsed; f != nil {
-				go f(e.Keys)
-			}
-		}
-	}
-	p.m.ClearEffects()
-	for i, l := range p.links {
-		q := p.m.Queue(i)
-		if len(q) == 0 {
-			continue
-		}
-		k := l.In.PushBatch(q)
-		p.m.Sent(i, k, now)
-		n += k
-	}
-	for i, mark := range p.m.Marks() {
-		if mark != p.marks[i] {
-			p.marks[i] = mark
-			p.links[i].Durable.Publish(mark)
-			p.links[i].In.Notify() // after the store: see shard.DurableMark
-			n++
-		}
-	}
-	return n
-}
-
-// append writes one record, or keeps it (and every later one) for when the
-// spool has room again.
-func (p *Plane) append(seq uint64, rec []byte) {
-	if p.broken {
-		return
-	}
-	if len(p.backlog) > 0 {
-		p.backlog = append(p.backlog, append([]byte(nil), rec...))
-		return
-	}
-	got, err := p.cfg.Spool.Append(rec)
-	switch {
-	case err == nil:
-		p.appended = got
-		if got != seq {
-			invariant.Violated(invariant.SpoolBroken, fmt.Sprintf("the spool numbered record %d as %d", seq, got))
-		}
-	case p.cfg.IsFull(err):
-		p.backlog = append(p.backlog, append([]byte(nil), rec...))
-	default:
-		p.broken = true
-		invariant.Violated(invariant.SpoolBroken, err.Error())
-	}
-}
-
-// retryBacklog re-offers records the spool refused; it reports whether the
-// backlog is empty (and shard rings may be read again).
-func (p *Plane) retryBacklog() bool {
-	n := 0
-	for n < len(p.backlog) {
-		seq, err := p.cfg.Spool.Append(p.backlog[n])
-		if err != nil {
-			if !p.cfg.IsFull(err) {
-				p.broken = true
-				invariant.Violated(invariant.SpoolBroken, err.Error())
-				p.backlog = nil
-				return true
-			}
-			break
-		}
-		p.appended = seq
-		n++
-	}
-	p.backlog = p.backlog[n:]
-	if len(p.backlog) == 0 {
-		p.backlog = nil
-	}
-	return len(p.backlog) == 0
 }
 
 // publish makes the floor and the report readable from other goroutines.
@@ -536,9 +375,13 @@ func (p *Plane) watchBells() []*os.File {
 
 // stopWorker ends the ledger worker, running the results it posts meanwhile
 // so it cannot block on a plane that has stopped.
-func (p *Plane) stopWorker() {
+func (p *Plane) stopWorker() { p.serveUntil(p.worker.stop) }
+
+// serveUntil runs stop on its own goroutine, running the plane's commands
+// until it returns: what stop waits for may be waiting for the plane.
+func (p *Plane) serveUntil(stop func()) {
 	done := make(chan struct{})
-	go func() { p.worker.stop(); close(done) }()
+	go func() { stop(); close(done) }()
 	for {
 		select {
 		case <-done:
@@ -644,7 +487,7 @@ func (p *Plane) FundingChanged(evs map[core.AccountID]core.FundingEvidence) {
 	if len(evs) == 0 {
 		return
 	}
-	p.Do(func(m *plane.Machine, now int64) {
+	p.do(func(m *plane.Machine, now int64) {
 		for id, ev := range evs {
 			m.Evidence(id, ev, now)
 		}
@@ -655,22 +498,22 @@ func (p *Plane) FundingChanged(evs map[core.AccountID]core.FundingEvidence) {
 // have ended their reservations): each is released to the ledger once its
 // slices are back.
 func (p *Plane) HandBackLeases() {
-	p.Do(func(m *plane.Machine, now int64) { m.HandBackAll(now) })
+	p.do(func(m *plane.Machine, now int64) { m.HandBackAll(now) })
 }
 
 // LeasesReleased reports whether no node lease is held and no ledger call
 // is out.
 func (p *Plane) LeasesReleased() bool {
 	var done bool
-	p.Do(func(m *plane.Machine, _ int64) { done = m.Quiet() && p.worker.pending() == 0 })
+	p.do(func(m *plane.Machine, _ int64) { done = m.Quiet() && p.worker.pending() == 0 })
 	return done
 }
 
 // Idle reports whether nothing waits for or from any shard.
 func (p *Plane) Idle() bool {
 	idle := true
-	p.Do(func(m *plane.Machine, _ int64) {
-		idle = m.Idle() && len(p.backlog) == 0
+	p.do(func(m *plane.Machine, _ int64) {
+		idle = m.Idle() && p.sh.Backlog() == 0
 		for _, l := range p.links {
 			if l.Out.Ring().Len() > 0 || l.In.Ring().Len() > 0 {
 				idle = false
@@ -683,7 +526,7 @@ func (p *Plane) Idle() bool {
 // Holding is the units this node holds for id in its leases and slices.
 func (p *Plane) Holding(id core.AccountID) core.CostUnits {
 	var h core.CostUnits
-	p.Do(func(m *plane.Machine, _ int64) { h = m.Holding(id) })
+	p.do(func(m *plane.Machine, _ int64) { h = m.Holding(id) })
 	return h
 }
 
@@ -700,9 +543,9 @@ type Report struct {
 // Report collects the plane's counters on its goroutine.
 func (p *Plane) Report() Report {
 	var r Report
-	p.Do(func(m *plane.Machine, _ int64) {
+	p.do(func(m *plane.Machine, _ int64) {
 		r.Stats = m.Stats()
-		r.SpoolBroken, r.SpoolBacklog = p.broken, len(p.backlog)
+		r.SpoolBroken, r.SpoolBacklog = p.sh.Broken(), p.sh.Backlog()
 		for i, l := range p.links {
 			r.RingIn = append(r.RingIn, l.In.Ring().Len())
 			r.RingOut = append(r.RingOut, l.Out.Ring().Len())

@@ -18,6 +18,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"golang.org/x/sys/unix"
 
+	"github.com/tollgated/tollgated/control/message"
 	"github.com/tollgated/tollgated/control/plane"
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/ledger/boltstore"
@@ -103,8 +104,8 @@ func newBenchRig(b *testing.B, n int, checkBody string, slice core.CostUnits) *b
 	shards := make([]*benchShard, n)
 	links := make([]Link, n)
 	for i := range n {
-		inR, _ := ring.New[shard.Inbound](8192)
-		outR, _ := ring.New[shard.Outbound](8192)
+		inR, _ := ring.New[message.Inbound](8192)
+		outR, _ := ring.New[message.Outbound](8192)
 		in, _ := ring.NewDoorbell(inR)
 		out, _ := ring.NewDoorbell(outR)
 		s, err := shard.New(shard.Config{ID: uint16(i), Secret: secret, MaxReservations: 65536, AckDurable: true}, in, out)
@@ -378,7 +379,7 @@ func benchBurst(b *testing.B, n int) {
 	burst := func() (planeNS int64) {
 		release := make(chan struct{})
 		held := make(chan struct{})
-		go rig.plane.Do(func(*plane.Machine, int64) { close(held); <-release })
+		go rig.plane.do(func(*plane.Machine, int64) { close(held); <-release })
 		<-held
 		want := make([]int64, len(rig.shards))
 		var served sync.WaitGroup

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgated/tollgated/control/message"
 	"github.com/tollgated/tollgated/control/plane"
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/ledger"
@@ -274,8 +275,8 @@ func TestAStoppedPlaneTurnsPublishersAway(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	inR, _ := ring.New[shard.Inbound](16)
-	outR, _ := ring.New[shard.Outbound](16)
+	inR, _ := ring.New[message.Inbound](16)
+	outR, _ := ring.New[message.Outbound](16)
 	in, _ := ring.NewDoorbell(inR)
 	out, _ := ring.NewDoorbell(outR)
 	p, err := New(Config{Store: store, Spool: &memSpool{}, Holder: "test-node", Lease: LeaseConfig{TTL: time.Minute}},
@@ -287,7 +288,7 @@ func TestAStoppedPlaneTurnsPublishersAway(t *testing.T) {
 	ran := make(chan struct{})
 	go func() { p.Run(stop); close(ran) }()
 	did := false
-	p.Do(func(*plane.Machine, int64) { did = true })
+	p.do(func(*plane.Machine, int64) { did = true })
 	if !did {
 		t.Fatal("a running plane did not run a command")
 	}
@@ -296,7 +297,7 @@ func TestAStoppedPlaneTurnsPublishersAway(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		p.FundingChanged(map[core.AccountID]core.FundingEvidence{"acme": {Remaining: 1}})
-		p.Do(func(*plane.Machine, int64) { t.Error("a stopped plane ran a command") })
+		p.do(func(*plane.Machine, int64) { t.Error("a stopped plane ran a command") })
 		for range 2000 { // more than the command queue holds
 			p.post(func() {})
 		}

@@ -10,7 +10,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tollgated/tollgated/control/funding"
-	"github.com/tollgated/tollgated/ledger"
 )
 
 // Spans of the control plane's slow work: ledger calls, usage exports and
@@ -62,13 +61,15 @@ func (w *ledgerWorker) tracedCall(c funding.Call) funding.Result {
 	if id := max(r.Lease.ID, c.Lease); id != 0 {
 		span.SetAttributes(attrLease.Int64(int64(id)))
 	}
-	var refusal *ledger.Refusal
-	if errors.As(r.Err, &refusal) {
+	var err error
+	switch r.Outcome {
+	case funding.Refused, funding.RefusedInactive:
 		span.SetAttributes(attribute.Bool("tollgated.refused", true))
-		endSpan(span, nil)
-		return r
+	case funding.OK:
+	default:
+		err = errors.New(r.Detail)
 	}
-	endSpan(span, r.Err)
+	endSpan(span, err)
 	return r
 }
 

@@ -34,6 +34,7 @@ const (
 	SpoolBroken                      // the spool failed a write or sync: nothing more becomes durable
 	RecoveryMismatch                 // same-node recovery found a lease it cannot account for
 	ShareSum                         // shares of a limit summed past the limit
+	UnknownKind                      // a switch over a message, effect or call kind met one it does not know
 	numKinds
 )
 
@@ -50,6 +51,7 @@ var names = [numKinds]string{
 	SpoolBroken:          "spool_broken",
 	RecoveryMismatch:     "recovery_mismatch",
 	ShareSum:             "share_sum",
+	UnknownKind:          "unknown_kind",
 }
 
 func (k Kind) String() string {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tollgated/tollgated/affinity"
 	"github.com/tollgated/tollgated/control"
+	"github.com/tollgated/tollgated/control/message"
 	"github.com/tollgated/tollgated/httploop"
 	"github.com/tollgated/tollgated/ring"
 	"github.com/tollgated/tollgated/shard"
@@ -310,8 +311,8 @@ type runner struct {
 	id, cpu int
 	pinned  bool
 	s       *shard.Shard
-	in      *ring.Doorbell[shard.Inbound]
-	out     *ring.Doorbell[shard.Outbound]
+	in      *ring.Doorbell[message.Inbound]
+	out     *ring.Doorbell[message.Outbound]
 	ln      *httploop.Listener
 	loop    *httploop.Loop
 
@@ -323,11 +324,11 @@ type runner struct {
 
 func newRunner(id, cpu int, addr string, cfg Config) (*runner, control.Link, error) {
 	r := &runner{id: id, cpu: cpu, cfgLoop: cfg.Loop}
-	inR, err := ring.New[shard.Inbound](cfg.RingSize)
+	inR, err := ring.New[message.Inbound](cfg.RingSize)
 	if err != nil {
 		return nil, control.Link{}, err
 	}
-	outR, err := ring.New[shard.Outbound](cfg.RingSize)
+	outR, err := ring.New[message.Outbound](cfg.RingSize)
 	if err != nil {
 		return nil, control.Link{}, err
 	}

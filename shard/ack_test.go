@@ -6,6 +6,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/tollgated/tollgated/control/message"
 	"github.com/tollgated/tollgated/core"
 )
 
@@ -21,7 +22,7 @@ func durableHarness(t *testing.T, queue int) *harness {
 func (h *harness) usageSeqs() []uint64 {
 	var seqs []uint64
 	for _, m := range h.drainOut() {
-		if m.Kind == OutUsage {
+		if m.Kind == message.OutUsage {
 			seqs = append(seqs, m.Seq)
 		}
 	}
@@ -102,7 +103,7 @@ func TestCommitAndFinishAnswersWaitForDurability(t *testing.T) {
 		t.Fatalf("commit answer not parked: %d", len(h.parked))
 	}
 	m, _ := h.out.Ring().Pop()
-	if m.Kind != OutCommit || m.Seq != 1 || m.Usage.Units != m.Usage.Quote || m.Usage.RequestID == (core.RequestID{}) {
+	if m.Kind != message.OutCommit || m.Seq != 1 || m.Usage.Units != m.Usage.Quote || m.Usage.RequestID == (core.RequestID{}) {
 		t.Fatalf("commit journal entry %+v", m)
 	}
 	h.do("POST", "/v1/finish", "key-acme", `{"reservation":"`+res+`","units":100}`)
@@ -110,7 +111,7 @@ func TestCommitAndFinishAnswersWaitForDurability(t *testing.T) {
 		t.Fatalf("finish answer not parked: %d", len(h.parked))
 	}
 	u, _ := h.out.Ring().Pop()
-	if u.Kind != OutUsage || u.Seq != 2 || u.Usage.RequestID != m.Usage.RequestID {
+	if u.Kind != message.OutUsage || u.Seq != 2 || u.Usage.RequestID != m.Usage.RequestID {
 		t.Fatalf("finish usage %+v does not follow commit %+v", u, m)
 	}
 	h.s.DurableMark().Publish(1)

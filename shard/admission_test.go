@@ -7,6 +7,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/tollgated/tollgated/control/message"
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/credential"
 )
@@ -27,10 +28,10 @@ func agentHarness(t testing.TB, threshold core.CostUnits) (*harness, *core.Evide
 	cell := new(core.EvidenceCell)
 	hs, _ := credential.NewHasher(testSecret)
 	d, _ := hs.Digest([]byte(platformToken))
-	for _, m := range []Inbound{
-		{Kind: InInstall, Snap: snap},
-		{Kind: InEvidence, Account: "a1", Evidence: cell},
-		{Kind: InBindPlatform, Principal: d.Principal(), Digest: d},
+	for _, m := range []message.Inbound{
+		{Kind: message.InInstall, Snap: snap},
+		{Kind: message.InEvidence, Account: "a1", Evidence: cell},
+		{Kind: message.InBindPlatform, Principal: d.Principal(), Digest: d},
 	} {
 		h.in.Push(m)
 	}
@@ -121,7 +122,7 @@ func TestAdmissionSuspendedAgentIsDenied(t *testing.T) {
 	h, _ := agentHarness(t, 0)
 	snap := testSnapshot("a1")
 	snap.Generation, snap.Status, snap.Scope = 3, core.StatusSuspended, core.ScopeAgent
-	h.in.Push(Inbound{Kind: InInstall, Snap: snap})
+	h.in.Push(message.Inbound{Kind: message.InInstall, Snap: snap})
 	h.s.Poll(t0)
 	if _, m, body := h.admission("?agent_id=a1"); m["decision"] != "deny" || m["reason"] != "account_suspended" || m["scope"] != "agent" {
 		t.Fatalf("suspended = %s", body)

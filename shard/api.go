@@ -8,6 +8,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fastjson"
 
+	"github.com/tollgated/tollgated/control/message"
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/credential"
 )
@@ -47,11 +48,11 @@ func (s *Shard) Serve(r *Request) {
 	case bytes.Equal(path, pathAdmit) && post:
 		s.serveAdmit(r, false)
 	case bytes.Equal(path, pathCommit) && post:
-		s.serveReservation(r, OpCommit)
+		s.serveReservation(r, message.OpCommit)
 	case bytes.Equal(path, pathFinish) && post:
-		s.serveReservation(r, OpFinish)
+		s.serveReservation(r, message.OpFinish)
 	case bytes.Equal(path, pathCancel) && post:
-		s.serveReservation(r, OpCancel)
+		s.serveReservation(r, message.OpCancel)
 	case bytes.Equal(path, pathAdmission):
 		s.serveAdmission(r)
 	case bytes.Equal(path, pathUsage):
@@ -259,7 +260,7 @@ func (s *Shard) runAdmit(r *Request, p core.Principal, mode admitMode, w *fundin
 		// Journaled like /v1/commit: if this node dies before the service
 		// finishes, its restart bills the quote. The answer waits for it.
 		ev, _ := s.engine.Committed(res, now)
-		s.sendReserved(OutCommit, &ev)
+		s.sendReserved(message.OutCommit, &ev)
 	} else {
 		quote = a.authz.units(quote, ctx.Snapshot()) // what it bills: the quote, but for an empty count
 		s.engine.Finish(res, quote, now)
@@ -399,7 +400,7 @@ func (s *Shard) decodeLine(line *fastjson.Value, i int, snap *core.Snapshot) (co
 // serveReservation runs commit, finish or cancel on a reservation, here or,
 // if another shard owns it, there: the request is parked and answered when
 // the owner's reply comes back through the control plane.
-func (s *Shard) serveReservation(r *Request, op Op) {
+func (s *Shard) serveReservation(r *Request, op message.Op) {
 	owner, res, units, problem := s.decodeReservation(r.Req.Body(), op)
 	if problem.refused() {
 		s.writeFieldProblem(r.Resp, problem)
@@ -415,7 +416,7 @@ func (s *Shard) serveReservation(r *Request, op Op) {
 		// A finish bills and a commit is journaled (so that a node that
 		// dies mid-work still bills it): either answer waits until that
 		// record is durable.
-		durable := op == OpFinish || op == OpCommit
+		durable := op == message.OpFinish || op == message.OpCommit
 		if durable && !s.claimAck(r) {
 			s.engine.CountDenial(core.DenyAccountingBackpressure)
 			s.writeDenial(r.Resp, core.Denial{Reason: core.DenyAccountingBackpressure})
@@ -434,7 +435,7 @@ func (s *Shard) serveReservation(r *Request, op Op) {
 		return
 	}
 	ticket := r.Defer()
-	m := Outbound{Kind: OutForward, Op: op, From: s.cfg.ID, To: owner, Res: res, Units: units, Principal: p, Ticket: ticket}
+	m := message.Outbound{Kind: message.OutForward, Op: op, From: s.cfg.ID, To: owner, Res: res, Units: units, Principal: p, Ticket: ticket}
 	if !s.trySend(m) {
 		s.fail(ticket, core.DenyAccountingBackpressure)
 		return

@@ -5,6 +5,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/tollgated/tollgated/control/message"
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/invariant"
 )
@@ -37,7 +38,7 @@ func (s *Shard) Poll(now int64) int {
 		k := s.inbox.Ring().PopBatch(s.inbuf[:])
 		for i := range k {
 			s.apply(&s.inbuf[i], now)
-			s.inbuf[i] = Inbound{} // drop references the ring would keep alive
+			s.inbuf[i] = message.Inbound{} // drop references the ring would keep alive
 		}
 		n += k
 		if k < len(s.inbuf) {
@@ -65,72 +66,74 @@ func (s *Shard) Poll(now int64) int {
 func (s *Shard) reportKeysUsed(now int64) {
 	s.keysReportAt = now + s.cfg.KeyUseReport
 	s.cache.TakeUsed(func(p core.Principal) bool {
-		return s.trySend(Outbound{Kind: OutKeyUsed, From: s.cfg.ID, Principal: p})
+		return s.trySend(message.Outbound{Kind: message.OutKeyUsed, From: s.cfg.ID, Principal: p})
 	})
 }
 
-func (s *Shard) apply(m *Inbound, now int64) {
+func (s *Shard) apply(m *message.Inbound, now int64) {
 	switch m.Kind {
-	case InInstall:
+	case message.InInstall:
 		if err := s.engine.Install(m.Snap); err != nil {
 			invariant.Violated(invariant.InstallRefused, err.Error())
 		}
 		s.fundingNews(m.Snap.Account)
-	case InBind:
+	case message.InBind:
 		if err := s.engine.Bind(m.Principal, m.Account); err == nil {
 			s.keys[m.Principal] = m.Digest
 		} else {
 			invariant.Violated(invariant.InstallRefused, err.Error())
 		}
-	case InUnbind:
+	case message.InUnbind:
 		s.engine.Unbind(m.Principal)
 		delete(s.keys, m.Principal)
 		s.cache.Forget(m.Principal)
-	case InGrant:
+	case message.InGrant:
 		s.applyGrant(m)
 		s.grantSeq[m.Account] = m.Seq
 		s.fundingNews(m.Account)
-	case InEvidence:
+	case message.InEvidence:
 		s.engine.SetEvidence(m.Account, m.Evidence)
 		s.fundingNews(m.Account)
-	case InReclaimLease:
+	case message.InReclaimLease:
 		// After the waiters run (applyReclaims): a grant that came in
 		// the same batch funds the request that waited for it first.
 		s.reclaims = append(s.reclaims, *m)
-	case InRetireLease:
+	case message.InRetireLease:
 		s.retireLease(m.Account, m.Token)
-	case InFundingNews:
+	case message.InFundingNews:
 		// The plane lowered the account's evidence, which shards read
 		// without a message: this one wakes the loop for the waiters.
 		s.fundingNews(m.Account)
-	case InExtendLease:
+	case message.InExtendLease:
 		if l, err := s.engine.Lease(m.Account); err == nil {
 			l.Extend(m.Token, m.Until)
 			s.fundingNews(m.Account)
 		}
-	case InForward:
+	case message.InForward:
 		out := s.runOp(m.Op, core.ReservationFromID(m.Res), m.Principal, m.Units, now)
-		s.sendReliably(Outbound{Kind: OutReply, Op: m.Op, From: s.cfg.ID, To: m.From, Ticket: m.Ticket,
+		s.sendReliably(message.Outbound{Kind: message.OutReply, Op: m.Op, From: s.cfg.ID, To: m.From, Ticket: m.Ticket,
 			Status: uint16(out.code), Reason: out.reason, Units: out.billed})
 		s.outbox.Notify() // the forwarder's client is waiting
-	case InReply:
+	case message.InReply:
 		s.reply = opOutcome{code: outcomeCode(m.Status), reason: m.Reason, billed: m.Units}
 		s.replyOp = m.Op
 		s.complete(m.Ticket, s.fillReply)
-	case InReady:
+	case message.InReady:
 		s.ready = true
-	case InBindPlatform:
+	case message.InBindPlatform:
 		s.platform[m.Principal] = m.Digest
-	case InPostPaidDone:
+	case message.InPostPaidDone:
 		s.postPaidDone(m.Ticket, m.Batch)
-	case InUnbindPlatform:
+	case message.InUnbindPlatform:
 		delete(s.platform, m.Principal)
 		s.cache.Forget(m.Principal)
-	case InShare:
+	case message.InShare:
 		if s.engine.SetShare(m.Account, m.Share) == nil {
-			s.sendReliably(Outbound{Kind: OutShareAck, From: s.cfg.ID, Account: m.Account, Seq: m.Seq,
+			s.sendReliably(message.Outbound{Kind: message.OutShareAck, From: s.cfg.ID, Account: m.Account, Seq: m.Seq,
 				InFlight: s.engine.AccountInFlight(m.Account)})
 		}
+	default:
+		invariant.Violated(invariant.UnknownKind, "the plane sent a message of a kind this shard does not know")
 	}
 }
 
@@ -161,10 +164,10 @@ func (s *Shard) flushRefills(now int64) {
 			// (within its starve window); one report per interval keeps
 			// a flood of refusals from filling the ring.
 			s.starvedAt[r.Account] = now
-			s.sendReliably(Outbound{Kind: OutStarved, From: s.cfg.ID, Account: r.Account})
+			s.sendReliably(message.Outbound{Kind: message.OutStarved, From: s.cfg.ID, Account: r.Account})
 		}
 		if r.WantsFunds {
-			s.sendReliably(Outbound{Kind: OutRefill, From: s.cfg.ID, Account: r.Account, Units: r.Units,
+			s.sendReliably(message.Outbound{Kind: message.OutRefill, From: s.cfg.ID, Account: r.Account, Units: r.Units,
 				Needed: r.Needed, Seq: s.grantSeq[r.Account]})
 		}
 		if r.ReturnDue {
@@ -181,7 +184,7 @@ const starveReportEvery = 25e6
 func (s *Shard) applyReclaims() {
 	for i := range s.reclaims {
 		s.reclaimLease(s.reclaims[i].Account, s.reclaims[i].Token)
-		s.reclaims[i] = Inbound{}
+		s.reclaims[i] = message.Inbound{}
 	}
 	s.reclaims = s.reclaims[:0]
 }
@@ -242,7 +245,7 @@ func (s *Shard) Quiesce() int {
 // straight back, so the plane never counts units as out in a shard that
 // does not hold them. Retired leases that fund nothing are returned first
 // to make room.
-func (s *Shard) applyGrant(m *Inbound) {
+func (s *Shard) applyGrant(m *message.Inbound) {
 	err := s.engine.GrantLease(m.Account, m.Token, m.Units, m.Until, m.LowWater)
 	if errors.Is(err, core.ErrRetiringFull) {
 		s.reclaimLease(m.Account, ^uint64(0)) // retired ones only: no current lease has that token

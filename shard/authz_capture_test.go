@@ -3,6 +3,7 @@ package shard
 import (
 	"crypto/aes"
 
+	"github.com/tollgated/tollgated/control/message"
 	"github.com/tollgated/tollgated/credential"
 )
 
@@ -12,7 +13,7 @@ func (h *harness) bindPlatform() {
 	h.t.Helper()
 	hs, _ := credential.NewHasher(testSecret)
 	d, _ := hs.Digest([]byte(platformToken))
-	if !h.in.Push(Inbound{Kind: InBindPlatform, Principal: d.Principal(), Digest: d}) {
+	if !h.in.Push(message.Inbound{Kind: message.InBindPlatform, Principal: d.Principal(), Digest: d}) {
 		h.t.Fatal("inbox full")
 	}
 	h.s.Poll(t0)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/tollgated/tollgated/control/message"
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/route"
 )
@@ -237,27 +238,27 @@ func TestCaptureFromAnotherShardIsFinishedByTheServiceOnly(t *testing.T) {
 	other.provisionSnap(routedSnapshot(t, "acme"), "key-acme", 100_000)
 	other.bindPlatform()
 	other.drainOut()
-	forward := func(key string) Outbound {
+	forward := func(key string) message.Outbound {
 		t.Helper()
 		other.do("POST", "/v1/finish", key, `{"reservation":"`+res+`","units":0}`)
 		for _, m := range other.drainOut() {
-			if m.Kind == OutForward {
+			if m.Kind == message.OutForward {
 				return m
 			}
 		}
 		t.Fatalf("finish with %s not forwarded", key)
-		return Outbound{}
+		return message.Outbound{}
 	}
 	for _, c := range []struct {
 		key  string
 		want outcomeCode
 	}{{"key-acme", outcomeUnknown}, {platformToken, outcomeOK}} {
 		m := forward(c.key)
-		owner.in.Push(Inbound{Kind: InForward, Op: m.Op, From: m.From, Res: m.Res, Units: m.Units, Principal: m.Principal, Ticket: m.Ticket})
+		owner.in.Push(message.Inbound{Kind: message.InForward, Op: m.Op, From: m.From, Res: m.Res, Units: m.Units, Principal: m.Principal, Ticket: m.Ticket})
 		owner.s.Poll(t0 + 2)
-		var reply Outbound
+		var reply message.Outbound
 		for _, r := range owner.drainOut() {
-			if r.Kind == OutReply {
+			if r.Kind == message.OutReply {
 				reply = r
 			}
 		}
@@ -335,7 +336,7 @@ func TestUnfinishedCaptureBillsWhatItsRouteSays(t *testing.T) {
 		h.authz("GET", "/v1/authz", bearerAcme, "X-Original-Method: POST", "X-Original-URI: /v1/completions/gpt")
 		var journal []core.UsageEvent
 		for _, m := range h.drainOut() {
-			if m.Kind == OutCommit {
+			if m.Kind == message.OutCommit {
 				journal = append(journal, m.Usage)
 			}
 		}
@@ -347,7 +348,7 @@ func TestUnfinishedCaptureBillsWhatItsRouteSays(t *testing.T) {
 		h.s.Poll(t0 + 6e9)
 		var lapsed []core.UsageEvent
 		for _, m := range h.drainOut() {
-			if m.Kind == OutUsage {
+			if m.Kind == message.OutUsage {
 				lapsed = append(lapsed, m.Usage)
 			}
 		}

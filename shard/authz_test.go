@@ -7,6 +7,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/tollgated/tollgated/control/message"
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/credential"
 	"github.com/tollgated/tollgated/invariant"
@@ -41,10 +42,10 @@ func (h *harness) provisionSnap(snap *core.Snapshot, key string, units core.Cost
 	h.t.Helper()
 	hs, _ := credential.NewHasher(testSecret)
 	d, _ := hs.Digest([]byte(key))
-	for _, m := range []Inbound{
-		{Kind: InInstall, Snap: snap},
-		{Kind: InBind, Principal: d.Principal(), Digest: d, Account: snap.Account},
-		{Kind: InReady},
+	for _, m := range []message.Inbound{
+		{Kind: message.InInstall, Snap: snap},
+		{Kind: message.InBind, Principal: d.Principal(), Digest: d, Account: snap.Account},
+		{Kind: message.InReady},
 	} {
 		if !h.in.Push(m) {
 			h.t.Fatal("inbox full")
@@ -94,7 +95,7 @@ func problem(t *testing.T, what string, resp *fasthttp.Response) map[string]any 
 func (h *harness) usageUnits() []core.CostUnits {
 	var u []core.CostUnits
 	for _, m := range h.drainOut() {
-		if m.Kind == OutUsage {
+		if m.Kind == message.OutUsage {
 			u = append(u, m.Usage.Units)
 		}
 	}
@@ -402,7 +403,7 @@ func TestAuthorizeThenCapture(t *testing.T) {
 	h.s.Poll(t0 + 6e9)
 	var lapsed []core.UsageEvent
 	for _, m := range h.drainOut() {
-		if m.Kind == OutUsage {
+		if m.Kind == message.OutUsage {
 			lapsed = append(lapsed, m.Usage)
 		}
 	}
@@ -424,13 +425,13 @@ func TestCaptureIsJournaledBeforeItsAnswer(t *testing.T) {
 	if len(h.parked) != 1 {
 		t.Fatalf("capture answered before its commit is durable: %d %q", resp.StatusCode(), resp.Header.String())
 	}
-	var journal []Outbound
+	var journal []message.Outbound
 	for _, m := range h.drainOut() {
-		if m.Kind == OutCommit || m.Kind == OutUsage {
+		if m.Kind == message.OutCommit || m.Kind == message.OutUsage {
 			journal = append(journal, m)
 		}
 	}
-	if len(journal) != 1 || journal[0].Kind != OutCommit || journal[0].Usage.Units != 500 || journal[0].Usage.Quote != 500 {
+	if len(journal) != 1 || journal[0].Kind != message.OutCommit || journal[0].Usage.Units != 500 || journal[0].Usage.Quote != 500 {
 		t.Fatalf("capture sent %+v, want one commit journal entry of 500", journal)
 	}
 	h.s.DurableMark().Publish(journal[0].Seq)
@@ -610,7 +611,7 @@ func TestExhaustedBudgetSaysWhenItsPeriodEnds(t *testing.T) {
 		FundingWait: NoFundingWait}, 1024)
 	h.provisionSnap(routedSnapshot(t, "acme"), "key-acme", 0)
 	cell := new(core.EvidenceCell)
-	h.in.Push(Inbound{Kind: InEvidence, Account: "acme", Evidence: cell})
+	h.in.Push(message.Inbound{Kind: message.InEvidence, Account: "acme", Evidence: cell})
 	h.s.Poll(t0)
 	cell.Store(core.FundingEvidence{Remaining: 0, PeriodEnd: t0 + 3600e9 + 1})
 	resp := h.authz("GET", "/v1/authz", bearerAcme, "X-Original-Method: POST", "X-Original-URI: /v1/chat")

@@ -8,6 +8,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/tollgated/tollgated/control/message"
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/credential"
 	"github.com/tollgated/tollgated/policy"
@@ -25,7 +26,7 @@ func platformHarness(t testing.TB) (*harness, map[core.AccountID]*core.EvidenceC
 	cells := map[core.AccountID]*core.EvidenceCell{}
 	hs, _ := credential.NewHasher(testSecret)
 	d, _ := hs.Digest([]byte(platformToken))
-	h.in.Push(Inbound{Kind: InBindPlatform, Principal: d.Principal(), Digest: d})
+	h.in.Push(message.Inbound{Kind: message.InBindPlatform, Principal: d.Principal(), Digest: d})
 	for _, a := range []struct {
 		id        core.AccountID
 		scope     core.Scope
@@ -35,8 +36,8 @@ func platformHarness(t testing.TB) (*harness, map[core.AccountID]*core.EvidenceC
 		snap := testSnapshot(a.id)
 		snap.Scope, snap.Ancestors = a.scope, a.ancestors
 		cells[a.id] = new(core.EvidenceCell)
-		h.in.Push(Inbound{Kind: InInstall, Snap: snap})
-		h.in.Push(Inbound{Kind: InEvidence, Account: a.id, Evidence: cells[a.id]})
+		h.in.Push(message.Inbound{Kind: message.InInstall, Snap: snap})
+		h.in.Push(message.Inbound{Kind: message.InEvidence, Account: a.id, Evidence: cells[a.id]})
 	}
 	h.s.Poll(t0)
 	return h, cells
@@ -144,10 +145,10 @@ func TestAdmitBodiesAreCheckedFieldByField(t *testing.T) {
 // one is 401.
 func TestReservationBodiesAreCheckedBeforeTheKey(t *testing.T) {
 	h, _ := platformHarness(t)
-	for _, op := range []Op{OpCommit, OpFinish, OpCancel} {
-		path := map[Op]string{OpCommit: "/v1/commit", OpFinish: "/v1/finish", OpCancel: "/v1/cancel"}[op]
+	for _, op := range []message.Op{message.OpCommit, message.OpFinish, message.OpCancel} {
+		path := map[message.Op]string{message.OpCommit: "/v1/commit", message.OpFinish: "/v1/finish", message.OpCancel: "/v1/cancel"}[op]
 		for _, v := range reservationVariants(op) {
-			res := h.liveReservation(op == OpFinish)
+			res := h.liveReservation(op == message.OpFinish)
 			before := h.state("acme")
 			st, m, resp := h.do("POST", path, "", strings.ReplaceAll(v.body, "RES", res))
 			if v.valid {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/tollgated/tollgated/control/message"
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/credential"
 )
@@ -24,7 +25,7 @@ func (h *harness) answer(resp *fasthttp.Response) (int, map[string]any) {
 func (h *harness) refills() int {
 	n := 0
 	for _, m := range h.drainOut() {
-		if m.Kind == OutRefill {
+		if m.Kind == message.OutRefill {
 			n++
 		}
 	}
@@ -95,7 +96,7 @@ func TestPublishedEvidenceEndsTheWaitWith402(t *testing.T) {
 	h := newHarness(t, 0, 1024)
 	h.unfunded("acme", "key-acme")
 	cell := new(core.EvidenceCell)
-	h.in.Push(Inbound{Kind: InEvidence, Account: "acme", Evidence: cell})
+	h.in.Push(message.Inbound{Kind: message.InEvidence, Account: "acme", Evidence: cell})
 	h.s.Poll(t0)
 	_, _, resp := h.do("POST", "/v1/check", "key-acme", chatBody)
 	if len(h.parked) != 1 {
@@ -156,7 +157,7 @@ func TestWaiterUnderANewPolicyIsRefusedNotMisread(t *testing.T) {
 	snap := testSnapshot("acme")
 	snap.Generation = 2
 	snap.Costs.Classes = []core.OpClass{{Name: "images", Weight: 100}, {Name: "input_tokens", Weight: 1}}
-	h.in.Push(Inbound{Kind: InInstall, Snap: snap})
+	h.in.Push(message.Inbound{Kind: message.InInstall, Snap: snap})
 	h.grant("acme", 1, 1_000_000, t0+2)
 	st, body := h.answer(resp)
 	if st != 503 || body["code"] != "lease-unavailable" {
@@ -232,7 +233,7 @@ func TestWaitingAllocatesNothingWhenWarm(t *testing.T) {
 		r.Now = now
 		h.s.Serve(r) // refused: the last grant was spent exactly
 		token++
-		h.in.Push(Inbound{Kind: InGrant, Account: "acme", Token: token, Units: 1210, Until: now + 3600e9})
+		h.in.Push(message.Inbound{Kind: message.InGrant, Account: "acme", Token: token, Units: 1210, Until: now + 3600e9})
 		h.s.Poll(now)
 		for {
 			if _, ok := h.out.Ring().Pop(); !ok {
@@ -258,8 +259,8 @@ func TestRebindWhileWaitingIsRefusedNotBilledElsewhere(t *testing.T) {
 	hs, _ := credential.NewHasher(testSecret)
 	d, _ := hs.Digest([]byte("key-acme"))
 	_, _, resp := h.do("POST", "/v1/check", "key-acme", chatBody)
-	h.in.Push(Inbound{Kind: InInstall, Snap: globex})
-	h.in.Push(Inbound{Kind: InBind, Principal: d.Principal(), Digest: d, Account: "globex"})
+	h.in.Push(message.Inbound{Kind: message.InInstall, Snap: globex})
+	h.in.Push(message.Inbound{Kind: message.InBind, Principal: d.Principal(), Digest: d, Account: "globex"})
 	h.grant("globex", 1, 1_000_000, t0+2)
 	h.s.Poll(t0 + 1 + DefaultFundingWait)
 	st, body := h.answer(resp)
@@ -267,7 +268,7 @@ func TestRebindWhileWaitingIsRefusedNotBilledElsewhere(t *testing.T) {
 		t.Fatalf("after the rebind: %d %v", st, body)
 	}
 	for _, m := range h.drainOut() {
-		if m.Kind == OutUsage {
+		if m.Kind == message.OutUsage {
 			t.Fatalf("billed %d units to %s for a body decoded under acme", m.Usage.Units, m.Usage.Account())
 		}
 	}
@@ -296,7 +297,7 @@ func TestEvidenceAttachedWhileWaitingIsWatched(t *testing.T) {
 	h.unfunded("acme", "key-acme")
 	_, _, resp := h.do("POST", "/v1/check", "key-acme", chatBody)
 	cell := new(core.EvidenceCell)
-	h.in.Push(Inbound{Kind: InEvidence, Account: "acme", Evidence: cell})
+	h.in.Push(message.Inbound{Kind: message.InEvidence, Account: "acme", Evidence: cell})
 	h.s.Poll(t0 + 2) // runs it again: still unfunded, waits on
 	if len(h.parked) != 1 {
 		t.Fatal("answered without funding")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/tollgated/tollgated/control/message"
 	"github.com/tollgated/tollgated/core"
 )
 
@@ -91,7 +92,7 @@ func (z *fuzzShard) tick() {
 	if z.now > z.leaseUntil-60e9 {
 		z.token++
 		z.leaseUntil = z.now + 3600e9
-		z.in.Push(Inbound{Kind: InGrant, Account: "acme", Token: z.token, Units: 1 << 50, Until: z.leaseUntil})
+		z.in.Push(message.Inbound{Kind: message.InGrant, Account: "acme", Token: z.token, Units: 1 << 50, Until: z.leaseUntil})
 		z.s.Poll(z.now)
 		z.drainOut()
 	}
@@ -126,11 +127,11 @@ func (z *fuzzShard) serve(t *testing.T, method string, uri []byte, cred uint8, b
 	if parked {
 		for _, m := range z.drainOut() {
 			switch m.Kind {
-			case OutForward:
-				z.in.Push(Inbound{Kind: InReply, Op: m.Op, Ticket: m.Ticket, Status: ReplyUnknownReservation})
-			case OutPostPaid:
+			case message.OutForward:
+				z.in.Push(message.Inbound{Kind: message.InReply, Op: m.Op, Ticket: m.Ticket, Status: message.ReplyUnknownReservation})
+			case message.OutPostPaid:
 				m.Batch.Accepted = len(m.Batch.Events)
-				z.in.Push(Inbound{Kind: InPostPaidDone, Ticket: m.Ticket, Batch: m.Batch})
+				z.in.Push(message.Inbound{Kind: message.InPostPaidDone, Ticket: m.Ticket, Batch: m.Batch})
 			}
 		}
 		z.s.Poll(z.now)
@@ -249,7 +250,7 @@ func FuzzAdmit(f *testing.F) { fuzzAdmitRoute(f, "/v1/admit") }
 // fuzzReservationRoute fuzzes commit, finish or cancel on a live
 // reservation: "RES" in the body stands for its id. setup picks whether
 // it is committed first.
-func fuzzReservationRoute(f *testing.F, op Op, route string) {
+func fuzzReservationRoute(f *testing.F, op message.Op, route string) {
 	for _, v := range reservationVariants(op) {
 		for _, c := range []uint8{credNone, credKey} {
 			f.Add([]byte(v.body), c, uint8(0), uint8(0))
@@ -270,9 +271,9 @@ func fuzzReservationRoute(f *testing.F, op Op, route string) {
 	})
 }
 
-func FuzzCommit(f *testing.F) { fuzzReservationRoute(f, OpCommit, "/v1/commit") }
-func FuzzFinish(f *testing.F) { fuzzReservationRoute(f, OpFinish, "/v1/finish") }
-func FuzzCancel(f *testing.F) { fuzzReservationRoute(f, OpCancel, "/v1/cancel") }
+func FuzzCommit(f *testing.F) { fuzzReservationRoute(f, message.OpCommit, "/v1/commit") }
+func FuzzFinish(f *testing.F) { fuzzReservationRoute(f, message.OpFinish, "/v1/finish") }
+func FuzzCancel(f *testing.F) { fuzzReservationRoute(f, message.OpCancel, "/v1/cancel") }
 
 func FuzzUsage(f *testing.F) {
 	addVariants(f, usageVariants(), credNone, credKey, credPlatform)
@@ -309,7 +310,7 @@ func FuzzAdmission(f *testing.F) {
 	f.Add([]byte("agent_id=a1"), []byte("other"), []byte(""), uint8(credPlatform), uint8(0))
 	f.Add([]byte("agent_id=a1"), []byte("org"), []byte("ws2"), uint8(credPlatform), uint8(1))
 	z := newFuzzShard(f)
-	z.in.Push(Inbound{Kind: InEvidence, Account: "a1", Evidence: new(core.EvidenceCell)})
+	z.in.Push(message.Inbound{Kind: message.InEvidence, Account: "a1", Evidence: new(core.EvidenceCell)})
 	z.s.Poll(z.now)
 	cell := z.s.engine.Evidence("a1")
 	f.Fuzz(func(t *testing.T, query, org, workspace []byte, cred, pick uint8) {

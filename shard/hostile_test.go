@@ -2,6 +2,8 @@ package shard
 
 import (
 	"strings"
+
+	"github.com/tollgated/tollgated/control/message"
 )
 
 // Hostile variants of valid request bodies: every field missing in turn,
@@ -204,8 +206,8 @@ func admitVariants() []variant {
 		map[string][2]int{"workload": {0, MaxWorkLines}})
 }
 
-func reservationVariants(op Op) []variant {
-	if op == OpFinish {
+func reservationVariants(op message.Op) []variant {
+	if op == message.OpFinish {
 		return hostileVariants(finishTemplate, map[string]bool{"units": true}, nil)
 	}
 	return hostileVariants(commitTemplate, nil, nil)

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/tollgated/tollgated/control/message"
 )
 
 // fakeClock makes the recorder read *at, so a test says how long an answer
@@ -96,7 +98,7 @@ func TestLatencyOfPostponedAnswers(t *testing.T) {
 	}
 	var seq uint64
 	for _, m := range h.drainOut() {
-		if m.Kind == OutUsage {
+		if m.Kind == message.OutUsage {
 			seq = m.Seq
 		}
 	}
@@ -111,9 +113,9 @@ func TestLatencyOfPostponedAnswers(t *testing.T) {
 	// the owner's reply comes back.
 	at = t0 + 1
 	h.do("POST", "/v1/commit", "key-acme", `{"reservation":"`+reservationOf(1, 7)+`"}`)
-	var fwd Outbound
+	var fwd message.Outbound
 	for _, m := range h.drainOut() {
-		if m.Kind == OutForward {
+		if m.Kind == message.OutForward {
 			fwd = m
 		}
 	}
@@ -121,7 +123,7 @@ func TestLatencyOfPostponedAnswers(t *testing.T) {
 		t.Fatalf("not forwarded (%+v), or counted before the reply", fwd)
 	}
 	at = t0 + 1 + int64(200*time.Microsecond)
-	h.in.Push(Inbound{Kind: InReply, Op: OpCommit, Ticket: fwd.Ticket, Status: uint16(outcomeOK)})
+	h.in.Push(message.Inbound{Kind: message.InReply, Op: message.OpCommit, Ticket: fwd.Ticket, Status: uint16(outcomeOK)})
 	h.s.Poll(at)
 	if c := h.s.lat.hist[RouteCommit].Counts; c[bucketOf(200*time.Microsecond)] != 1 || h.s.lat.untimed != 0 {
 		t.Fatalf("forwarded commit histogram %v, untimed %d", c, h.s.lat.untimed)
@@ -142,7 +144,7 @@ func TestLatencyUntimedWhenSlotTakenOver(t *testing.T) {
 	h.tickets += deferSlots - 1
 	h.do("POST", "/v1/commit", "key-acme", `{"reservation":"`+reservationOf(1, 8)+`"}`)
 	h.drainOut()
-	h.in.Push(Inbound{Kind: InReply, Op: OpCommit, Ticket: old, Status: uint16(outcomeOK)})
+	h.in.Push(message.Inbound{Kind: message.InReply, Op: message.OpCommit, Ticket: old, Status: uint16(outcomeOK)})
 	h.s.Poll(at)
 	h.s.PublishStats()
 	var lat Latency

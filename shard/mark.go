@@ -7,8 +7,8 @@ import (
 )
 
 // DurableMark is how the control plane tells a shard which of its usage
-// events are on disk: the number of the last one (Outbound.Seq of an
-// OutUsage or OutCommit). Only the plane stores it, only forward; the
+// events are on disk: the number of the last one (message.Outbound.Seq of an
+// message.OutUsage or message.OutCommit). Only the plane stores it, only forward; the
 // shard reads it each Poll and releases the answers parked on events up to
 // it (ack.go).
 //

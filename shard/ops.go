@@ -13,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fastjson"
 
+	"github.com/tollgated/tollgated/control/message"
 	"github.com/tollgated/tollgated/core"
 )
 
@@ -93,7 +94,7 @@ var (
 // decode.go for the rules every field follows). units is MaxCostUnits when
 // finish names none, meaning "bill the quote": no integer a client can
 // send reaches it.
-func (s *Shard) decodeReservation(body []byte, op Op) (owner uint16, id uint64, units core.CostUnits, p fieldProblem) {
+func (s *Shard) decodeReservation(body []byte, op message.Op) (owner uint16, id uint64, units core.CostUnits, p fieldProblem) {
 	defer s.recoverDecode(&p)
 	s.faultIn()
 	o, p := s.object(body, maxReservationBody)
@@ -101,7 +102,7 @@ func (s *Shard) decodeReservation(body []byte, op Op) (owner uint16, id uint64, 
 		return 0, 0, 0, p
 	}
 	names := reservationFields[:]
-	if op == OpFinish {
+	if op == message.OpFinish {
 		names = finishFields[:]
 	}
 	var f [len(finishFields)]*fastjson.Value
@@ -165,14 +166,14 @@ var outcomeProblems = [...]struct {
 // runOp applies op to a reservation this shard owns, for principal p. A
 // reservation p may not end (mayEnd) is reported unknown: its existence is
 // not the caller's to learn.
-func (s *Shard) runOp(op Op, r core.Reservation, p core.Principal, units core.CostUnits, now int64) opOutcome {
+func (s *Shard) runOp(op message.Op, r core.Reservation, p core.Principal, units core.CostUnits, now int64) opOutcome {
 	if !s.mayEnd(r, p) {
 		return opOutcome{code: outcomeUnknown}
 	}
 	var err error
 	var billed core.CostUnits
 	switch op {
-	case OpCommit:
+	case message.OpCommit:
 		if !s.reserveUsage() {
 			s.engine.CountDenial(core.DenyAccountingBackpressure)
 			return opOutcome{code: outcomeDenied, reason: core.DenyAccountingBackpressure}
@@ -181,16 +182,16 @@ func (s *Shard) runOp(op Op, r core.Reservation, p core.Principal, units core.Co
 			err = s.engine.Commit(r, s.requestID(now), now)
 		}
 		if ev, ok := s.engine.Committed(r, now); err == nil && ok {
-			s.sendReserved(OutCommit, &ev) // the journal entry: billed at its quote if this node dies before it ends
+			s.sendReserved(message.OutCommit, &ev) // the journal entry: billed at its quote if this node dies before it ends
 		} else {
 			s.Release()
 		}
-	case OpFinish:
+	case message.OpFinish:
 		if units == core.MaxCostUnits {
 			units = s.engine.Quote(r)
 		}
 		billed, err = s.engine.Finish(r, units, now)
-	case OpCancel:
+	case message.OpCancel:
 		err = s.engine.Cancel(r, now)
 	}
 	if reason := core.ReasonOf(err); reason != core.DenyNone {
@@ -212,18 +213,18 @@ func (s *Shard) runOp(op Op, r core.Reservation, p core.Principal, units core.Co
 }
 
 // answerOp writes an operation's outcome.
-func (s *Shard) answerOp(resp *fasthttp.Response, op Op, o opOutcome) {
+func (s *Shard) answerOp(resp *fasthttp.Response, op message.Op, o opOutcome) {
 	switch o.code {
 	case outcomeOK:
 		b := s.out[:0]
 		switch op {
-		case OpCommit:
+		case message.OpCommit:
 			b = append(b, `{"committed":true}`...)
-		case OpFinish:
+		case message.OpFinish:
 			b = append(b, `{"billed":`...)
 			b = strconv.AppendUint(b, uint64(o.billed), 10)
 			b = append(b, '}')
-		case OpCancel:
+		case message.OpCancel:
 			b = append(b, `{"cancelled":true}`...)
 		}
 		s.writeJSON(resp, fasthttp.StatusOK, b)
@@ -252,6 +253,9 @@ func (s *Shard) requestID(now int64) core.RequestID {
 	return core.RequestID{Hi: uint64(now/1e3)<<16 | uint64(s.cfg.ID), Lo: s.rng.Uint64()}
 }
 
-// ReplyUnknownReservation is the InReply status for a reservation no shard
-// owns, for the control plane to answer a forward it cannot route.
-const ReplyUnknownReservation = uint16(outcomeUnknown)
+// The plane answers a forward it cannot route with outcomeUnknown (these
+// fail to compile otherwise).
+const (
+	_ = uint(message.ReplyUnknownReservation - uint16(outcomeUnknown))
+	_ = uint(uint16(outcomeUnknown) - message.ReplyUnknownReservation)
+)

@@ -1,6 +1,9 @@
 package shard
 
-import "github.com/tollgated/tollgated/core"
+import (
+	"github.com/tollgated/tollgated/control/message"
+	"github.com/tollgated/tollgated/core"
+)
 
 // Messages to the control plane that carry money or a protocol step —
 // units returned from a lease, a share acknowledgement, a reply to a
@@ -19,7 +22,7 @@ import "github.com/tollgated/tollgated/core"
 
 // sendReliably pushes m, or keeps it pending (coalesced) until the ring
 // has room. It never drops m.
-func (s *Shard) sendReliably(m Outbound) {
+func (s *Shard) sendReliably(m message.Outbound) {
 	if len(s.pendingOut) == 0 && s.trySend(m) {
 		return
 	}
@@ -29,12 +32,12 @@ func (s *Shard) sendReliably(m Outbound) {
 			continue
 		}
 		switch m.Kind {
-		case OutReturn:
+		case message.OutReturn:
 			if p.Token == m.Token {
 				p.Units += m.Units
 				return
 			}
-		case OutShareAck, OutRefill, OutStarved:
+		case message.OutShareAck, message.OutRefill, message.OutStarved:
 			*p = m
 			return
 		}
@@ -43,7 +46,7 @@ func (s *Shard) sendReliably(m Outbound) {
 }
 
 // trySend pushes m if the ring has room beyond the usage slots reserved.
-func (s *Shard) trySend(m Outbound) bool {
+func (s *Shard) trySend(m message.Outbound) bool {
 	r := s.outbox.Ring()
 	if r.Cap()-r.Len() <= s.usageReserved {
 		return false
@@ -68,5 +71,5 @@ func (s *Shard) returnUnits(account core.AccountID, token uint64, units core.Cos
 	if units == 0 {
 		return
 	}
-	s.sendReliably(Outbound{Kind: OutReturn, From: s.cfg.ID, Account: account, Token: token, Units: units})
+	s.sendReliably(message.Outbound{Kind: message.OutReturn, From: s.cfg.ID, Account: account, Token: token, Units: units})
 }

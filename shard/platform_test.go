@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgated/tollgated/control/message"
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/credential"
 )
@@ -60,7 +61,7 @@ func TestAdmissionDeniesUnderAnInactiveAncestor(t *testing.T) {
 	set := func(id core.AccountID, scope core.Scope, st core.Status, from core.Scope, gen uint64, ancestors ...core.AccountID) {
 		snap := testSnapshot(id)
 		snap.Generation, snap.Status, snap.Scope, snap.StatusScope, snap.Ancestors = gen, st, scope, from, ancestors
-		h.in.Push(Inbound{Kind: InInstall, Snap: snap})
+		h.in.Push(message.Inbound{Kind: message.InInstall, Snap: snap})
 		h.s.Poll(t0)
 	}
 	set("a1", core.ScopeAgent, core.StatusSuspended, core.ScopeWorkspace, 5, "ws", "org")
@@ -122,12 +123,12 @@ func TestPlatformAnswersAreCounted(t *testing.T) {
 
 	// A batch of three: one for an unknown agent (rejected here), two the
 	// plane bills: one accepted, one a duplicate. Then a batch that fails.
-	batch := func(body string, answer func(*PostPaidBatch)) {
+	batch := func(body string, answer func(*message.PostPaidBatch)) {
 		h.postUsage(body, true)
 		for _, m := range h.drainOut() {
-			if m.Kind == OutPostPaid {
+			if m.Kind == message.OutPostPaid {
 				answer(m.Batch)
-				h.in.Push(Inbound{Kind: InPostPaidDone, Ticket: m.Ticket, Batch: m.Batch})
+				h.in.Push(message.Inbound{Kind: message.InPostPaidDone, Ticket: m.Ticket, Batch: m.Batch})
 			}
 		}
 		h.s.Poll(t0 + 2)
@@ -135,10 +136,10 @@ func TestPlatformAnswersAreCounted(t *testing.T) {
 	ev := func(id, agent string) string {
 		return `{"id":"` + id + `","agent_id":"` + agent + `","units":5,"occurred_at":"2026-12-02T17:00:00Z"}`
 	}
-	batch(`{"events":[`+ev("e1", "a1")+`,`+ev("e2", "ghost")+`,`+ev("e3", "ws")+`]}`, func(b *PostPaidBatch) {
+	batch(`{"events":[`+ev("e1", "a1")+`,`+ev("e2", "ghost")+`,`+ev("e3", "ws")+`]}`, func(b *message.PostPaidBatch) {
 		b.Accepted, b.Duplicate = 1, 1
 	})
-	batch(`{"events":[`+ev("e4", "a1")+`,`+ev("e5", "org")+`]}`, func(b *PostPaidBatch) { b.Failed = true })
+	batch(`{"events":[`+ev("e4", "a1")+`,`+ev("e5", "org")+`]}`, func(b *message.PostPaidBatch) { b.Failed = true })
 	h.postUsage(`{"events":[`+ev("e6", "a1")+`]}`, false) // no way to wait: failed
 
 	h.s.PublishStats()
@@ -172,7 +173,7 @@ func TestRevokedPlatformTokenIsCountedUnauthorized(t *testing.T) {
 	}
 	hs, _ := credential.NewHasher(testSecret)
 	d, _ := hs.Digest([]byte(platformToken))
-	h.in.Push(Inbound{Kind: InUnbindPlatform, Principal: d.Principal()})
+	h.in.Push(message.Inbound{Kind: message.InUnbindPlatform, Principal: d.Principal()})
 	h.s.Poll(t0 + 1)
 	if status, _, _ := h.admission("?agent_id=a1"); status != 401 {
 		t.Fatalf("revoked token = %d", status)

@@ -8,6 +8,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fastjson"
 
+	"github.com/tollgated/tollgated/control/message"
 	"github.com/tollgated/tollgated/core"
 )
 
@@ -21,29 +22,7 @@ import (
 // MaxPostPaidEvents bounds one batch.
 const MaxPostPaidEvents = 1000
 
-// MaxEventIDLen bounds a client's event id.
-const MaxEventIDLen = 128
-
 var pathUsage = []byte("/v1/usage")
-
-// PostPaid is one reported event. ID is derived from the client's id, so
-// the same id reported twice is one event; EventID is the client's id as
-// sent, which the billed-event stream shows.
-type PostPaid struct {
-	ID         [16]byte
-	EventID    string
-	Account    core.AccountID
-	Units      core.CostUnits
-	OccurredAt int64
-}
-
-// PostPaidBatch travels shard → plane → shard. The plane fills the counts
-// (or Failed) before handing it back; the ring's ordering makes that safe.
-type PostPaidBatch struct {
-	Events                        []PostPaid
-	Accepted, Duplicate, Rejected int
-	Failed                        bool // not ingested: the events are durable and will be
-}
 
 // PostPaidID is the event id a client's id maps to.
 func PostPaidID(clientID []byte) [16]byte {
@@ -98,7 +77,7 @@ func (s *Shard) servePostPaid(r *Request) {
 		return
 	}
 	ticket := r.Defer()
-	if !s.outbox.Push(Outbound{Kind: OutPostPaid, From: s.cfg.ID, Ticket: ticket, Batch: batch}) {
+	if !s.outbox.Push(message.Outbound{Kind: message.OutPostPaid, From: s.cfg.ID, Ticket: ticket, Batch: batch}) {
 		s.countPostPaid(batch, true)
 		s.fail(ticket, core.DenyAccountingBackpressure)
 	}
@@ -110,7 +89,7 @@ func (s *Shard) servePostPaid(r *Request) {
 // never learns half an answer. This route allocates (a batch is up to a
 // megabyte of events), so it parses with a parser of its own rather than
 // have the shard's keep what the largest batch needed.
-func (s *Shard) decodePostPaid(body []byte) (b *PostPaidBatch, p fieldProblem) {
+func (s *Shard) decodePostPaid(body []byte) (b *message.PostPaidBatch, p fieldProblem) {
 	defer s.recoverDecode(&p)
 	s.faultIn()
 	s.atTop()
@@ -128,7 +107,7 @@ func (s *Shard) decodePostPaid(body []byte) (b *PostPaidBatch, p fieldProblem) {
 	if p.refused() {
 		return nil, p
 	}
-	b = &PostPaidBatch{Events: make([]PostPaid, 0, len(evs))}
+	b = &message.PostPaidBatch{Events: make([]message.PostPaid, 0, len(evs))}
 	for i, e := range evs {
 		pp, p := s.decodeEvent(e, i)
 		if p.refused() {
@@ -146,44 +125,44 @@ func (s *Shard) decodePostPaid(body []byte) (b *PostPaidBatch, p fieldProblem) {
 // decodeEvent reads event i, {"id","agent_id","units","occurred_at"}. An
 // agent_id that names no account is well formed here; the caller rejects
 // it.
-func (s *Shard) decodeEvent(e *fastjson.Value, i int) (PostPaid, fieldProblem) {
+func (s *Shard) decodeEvent(e *fastjson.Value, i int) (message.PostPaid, fieldProblem) {
 	s.atElement("events", i)
 	if e.Type() != fastjson.TypeObject {
 		s.refuseField("")
-		return PostPaid{}, invalid(detailLineObject)
+		return message.PostPaid{}, invalid(detailLineObject)
 	}
 	o, _ := e.Object()
 	var f [len(eventFields)]*fastjson.Value
 	if p := s.fields(o, eventFields[:], f[:]); p.refused() {
-		return PostPaid{}, p
+		return message.PostPaid{}, p
 	}
-	id, p := s.text(f[0], "id", MaxEventIDLen, detailEventID)
+	id, p := s.text(f[0], "id", message.MaxEventIDLen, detailEventID)
 	if p.refused() {
-		return PostPaid{}, p
+		return message.PostPaid{}, p
 	}
 	agent, p := s.text(f[1], "agent_id", core.MaxAccountIDLen, detailAgent)
 	if p.refused() {
-		return PostPaid{}, p
+		return message.PostPaid{}, p
 	}
 	units, p := s.integer(f[2], "units", 1, maxInt, detailEventUnits)
 	if p.refused() {
-		return PostPaid{}, p
+		return message.PostPaid{}, p
 	}
 	at, p := s.text(f[3], "occurred_at", maxTimeLen, detailOccurredAt)
 	if p.refused() {
-		return PostPaid{}, p
+		return message.PostPaid{}, p
 	}
 	t, err := time.Parse(time.RFC3339Nano, string(at))
 	if err != nil || t.Before(minOccurredAt) || !t.Before(maxOccurredAt) {
 		s.refuseField("occurred_at")
-		return PostPaid{}, invalid(detailOccurredAt)
+		return message.PostPaid{}, invalid(detailOccurredAt)
 	}
-	return PostPaid{ID: PostPaidID(id), EventID: string(id), Account: core.AccountID(agent), Units: core.CostUnits(units),
+	return message.PostPaid{ID: PostPaidID(id), EventID: string(id), Account: core.AccountID(agent), Units: core.CostUnits(units),
 		OccurredAt: t.UnixNano()}, fieldProblem{}
 }
 
 // postPaidDone answers a batch the control plane has finished with.
-func (s *Shard) postPaidDone(ticket uint64, b *PostPaidBatch) {
+func (s *Shard) postPaidDone(ticket uint64, b *message.PostPaidBatch) {
 	s.countPostPaid(b, b.Failed)
 	s.postPaid = b
 	s.complete(ticket, s.fillPostPaid)
@@ -193,7 +172,7 @@ func (s *Shard) postPaidDone(ticket uint64, b *PostPaidBatch) {
 // countPostPaid counts a batch's events by the result its reporter is
 // told: every event of a batch that failed counts as failed (the reporter
 // sends the whole batch again), so each report is counted once.
-func (s *Shard) countPostPaid(b *PostPaidBatch, failed bool) {
+func (s *Shard) countPostPaid(b *message.PostPaidBatch, failed bool) {
 	u := &s.platformStats.Usage
 	if failed {
 		u[UsageFailed] += uint64(len(b.Events) + b.Rejected)

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/tollgated/tollgated/control/message"
 )
 
 func (h *harness) postUsage(body string, deferred bool) (int, map[string]any, *fasthttp.Response) {
@@ -33,11 +35,11 @@ func TestPostPaidBatchGoesToThePlaneAndIsAnsweredWithItsCounts(t *testing.T) {
 	if len(h.parked) != 1 {
 		t.Fatalf("answer not parked: %d %s", status, resp.Body())
 	}
-	var batch *PostPaidBatch
+	var batch *message.PostPaidBatch
 	for _, m := range h.drainOut() {
-		if m.Kind == OutPostPaid {
+		if m.Kind == message.OutPostPaid {
 			batch = m.Batch
-			h.in.Push(Inbound{Kind: InPostPaidDone, Ticket: m.Ticket, Batch: m.Batch})
+			h.in.Push(message.Inbound{Kind: message.InPostPaidDone, Ticket: m.Ticket, Batch: m.Batch})
 		}
 	}
 	if batch == nil || len(batch.Events) != 1 || batch.Rejected != 1 || batch.Events[0].ID != PostPaidID([]byte("e1")) {

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/tollgated/tollgated/control/message"
 )
 
 // TestAPanicWhileDecodingIsAnswered500AndChangesNothing makes every
@@ -72,7 +74,7 @@ func TestAPanicWhileDecodingIsAnswered500AndChangesNothing(t *testing.T) {
 	// The reservation is untouched and the shard serves on.
 	h.s.testDecodeFault = nil
 	h.do("POST", "/v1/finish", "key-acme", `{"reservation":"`+res+`"}`)
-	if out := h.drainOut(); len(h.parked) != 1 || len(out) == 0 || out[0].Kind != OutUsage || out[0].Usage.Units != 10 {
+	if out := h.drainOut(); len(h.parked) != 1 || len(out) == 0 || out[0].Kind != message.OutUsage || out[0].Usage.Units != 10 {
 		t.Fatalf("finish after the panics: %d parked, sent %+v", len(h.parked), out)
 	}
 	h.requireConserved(t, "acme")

@@ -15,6 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fastjson"
 
+	"github.com/tollgated/tollgated/control/message"
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/credential"
 	"github.com/tollgated/tollgated/ring"
@@ -80,8 +81,8 @@ type Shard struct {
 	// keysReportAt is when the next report of used keys is due.
 	keysReportAt int64
 
-	inbox  *ring.Doorbell[Inbound]  // control plane → shard
-	outbox *ring.Doorbell[Outbound] // shard → control plane
+	inbox  *ring.Doorbell[message.Inbound]  // control plane → shard
+	outbox *ring.Doorbell[message.Outbound] // shard → control plane
 
 	usageReserved int
 	usageSeq      uint64 // sequence of the last usage event (or commit) sent
@@ -89,10 +90,10 @@ type Shard struct {
 	answerHeaders bool   // the answer being written carries parkedHeaders (authz)
 	markSeen      uint64 // the mark as last applied
 	waker         Waker
-	pendingOut    []Outbound // messages waiting for ring room (outbox.go)
+	pendingOut    []message.Outbound // messages waiting for ring room (outbox.go)
 	acks          ackQueue
 	fillAck       func(*fasthttp.Response)
-	postPaid      *PostPaidBatch // the batch being answered
+	postPaid      *message.PostPaidBatch // the batch being answered
 	fillPostPaid  func(*fasthttp.Response)
 
 	parser  fastjson.Parser
@@ -100,14 +101,14 @@ type Shard struct {
 	work    [MaxWorkLines]core.WorkItem
 	refills []core.RefillRequest
 	retired []core.LeaseReturn
-	// reclaims are the plane's asks for unspent units (InReclaimLease)
+	// reclaims are the plane's asks for unspent units (message.InReclaimLease)
 	// that one Poll applied, handed back once its waiters have run.
-	reclaims []Inbound
+	reclaims []message.Inbound
 	rng      *mrand.ChaCha8
 	out      []byte // response body scratch
 	hdr      []byte // header value scratch
 	ready    bool
-	inbuf    [64]Inbound
+	inbuf    [64]message.Inbound
 
 	// resCipher and resWire encode reservation ids (ops.go).
 	resCipher cipher.Block
@@ -123,7 +124,7 @@ type Shard struct {
 	complete  Completer
 	fillReply func(*fasthttp.Response)
 	reply     opOutcome
-	replyOp   Op
+	replyOp   message.Op
 
 	waited, waitsFull, waitsExpired, waitsAbandoned uint64
 	pending                                         func(ticket uint64) bool
@@ -144,7 +145,7 @@ type Shard struct {
 }
 
 // New returns a shard that receives from in and sends to out.
-func New(cfg Config, in *ring.Doorbell[Inbound], out *ring.Doorbell[Outbound]) (*Shard, error) {
+func New(cfg Config, in *ring.Doorbell[message.Inbound], out *ring.Doorbell[message.Outbound]) (*Shard, error) {
 	h, err := credential.NewHasher(cfg.Secret)
 	if err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/tollgated/tollgated/control/message"
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/credential"
 	"github.com/tollgated/tollgated/ring"
@@ -21,8 +22,8 @@ var testSecret = bytes.Repeat([]byte{9}, 32)
 type harness struct {
 	t       testing.TB
 	s       *Shard
-	in      *ring.Doorbell[Inbound]
-	out     *ring.Doorbell[Outbound]
+	in      *ring.Doorbell[message.Inbound]
+	out     *ring.Doorbell[message.Outbound]
 	parked  map[uint64]*fasthttp.Response
 	tickets uint64
 }
@@ -34,8 +35,8 @@ func newHarness(t testing.TB, id uint16, outCap int) *harness {
 
 func newHarnessWith(t testing.TB, cfg Config, outCap int) *harness {
 	t.Helper()
-	inRing, _ := ring.New[Inbound](256)
-	outRing, _ := ring.New[Outbound](outCap)
+	inRing, _ := ring.New[message.Inbound](256)
+	outRing, _ := ring.New[message.Outbound](outCap)
 	in, err := ring.NewDoorbell(inRing)
 	if err != nil {
 		t.Fatal(err)
@@ -87,10 +88,10 @@ func (h *harness) unfunded(id core.AccountID, key string) {
 	h.t.Helper()
 	hs, _ := credential.NewHasher(testSecret)
 	d, _ := hs.Digest([]byte(key))
-	for _, m := range []Inbound{
-		{Kind: InInstall, Snap: testSnapshot(id)},
-		{Kind: InBind, Principal: d.Principal(), Digest: d, Account: id},
-		{Kind: InReady},
+	for _, m := range []message.Inbound{
+		{Kind: message.InInstall, Snap: testSnapshot(id)},
+		{Kind: message.InBind, Principal: d.Principal(), Digest: d, Account: id},
+		{Kind: message.InReady},
 	} {
 		if !h.in.Push(m) {
 			h.t.Fatal("inbox full")
@@ -102,7 +103,7 @@ func (h *harness) unfunded(id core.AccountID, key string) {
 // grant delivers a lease slice of units to id, as the control plane does.
 func (h *harness) grant(id core.AccountID, token uint64, units core.CostUnits, now int64) {
 	h.t.Helper()
-	if !h.in.Push(Inbound{Kind: InGrant, Account: id, Token: token, Units: units, Until: t0 + 3600e9}) {
+	if !h.in.Push(message.Inbound{Kind: message.InGrant, Account: id, Token: token, Units: units, Until: t0 + 3600e9}) {
 		h.t.Fatal("inbox full")
 	}
 	h.s.Poll(now)
@@ -145,8 +146,8 @@ func (h *harness) do(method, path, key, body string) (int, map[string]any, *fast
 }
 
 // drainOut pops every outbound message.
-func (h *harness) drainOut() []Outbound {
-	var ms []Outbound
+func (h *harness) drainOut() []message.Outbound {
+	var ms []message.Outbound
 	for {
 		m, ok := h.out.Ring().Pop()
 		if !ok {
@@ -176,7 +177,7 @@ func TestCheckAdmitsAndBills(t *testing.T) {
 	}
 	var usage []core.UsageEvent
 	for _, m := range h.drainOut() {
-		if m.Kind == OutUsage {
+		if m.Kind == message.OutUsage {
 			usage = append(usage, m.Usage)
 		}
 	}
@@ -231,7 +232,7 @@ func TestCancelChargesNothing(t *testing.T) {
 		t.Fatalf("cancel = %d %v", st, b)
 	}
 	for _, m := range h.drainOut() {
-		if m.Kind == OutUsage {
+		if m.Kind == message.OutUsage {
 			t.Fatalf("cancel billed: %+v", m.Usage)
 		}
 	}
@@ -354,7 +355,7 @@ func TestRevocationStopsACachedKey(t *testing.T) {
 	}
 	hs, _ := credential.NewHasher(testSecret)
 	d, _ := hs.Digest([]byte("key-acme"))
-	h.in.Push(Inbound{Kind: InUnbind, Principal: d.Principal()})
+	h.in.Push(message.Inbound{Kind: message.InUnbind, Principal: d.Principal()})
 	h.s.Poll(t0 + 2)
 	if st, b, _ := h.do("POST", "/v1/check", "key-acme", chatBody); st != 401 {
 		t.Fatalf("revoked key = %d %v", st, b)
@@ -425,7 +426,7 @@ func TestDeadlinesThroughTheAPI(t *testing.T) {
 	}
 	var usage []core.UsageEvent
 	for _, m := range h.drainOut() {
-		if m.Kind == OutUsage {
+		if m.Kind == message.OutUsage {
 			usage = append(usage, m.Usage)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/tollgated/tollgated/control/message"
 	"github.com/tollgated/tollgated/core"
 )
 
@@ -68,7 +69,7 @@ func TestStorageFullRefusesBeforeAdmission(t *testing.T) {
 					c.reason, before.Denials[c.reason], after.Denials[c.reason])
 			}
 			for _, m := range h.drainOut() {
-				if m.Kind == OutUsage {
+				if m.Kind == message.OutUsage {
 					t.Fatalf("a refused request sent usage: %+v", m)
 				}
 			}

@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"github.com/tollgated/tollgated/control/message"
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/invariant"
 )
@@ -22,14 +23,14 @@ func (s *Shard) reserveUsage() bool {
 }
 
 // Record sends a billed event to the control plane.
-func (s *Shard) Record(ev *core.UsageEvent) { s.sendReserved(OutUsage, ev) }
+func (s *Shard) Record(ev *core.UsageEvent) { s.sendReserved(message.OutUsage, ev) }
 
 // sendReserved sends a usage event or a commit journal entry into the ring
 // room a reserveUsage call kept for it, numbering it for the DurableMark.
-func (s *Shard) sendReserved(kind OutKind, ev *core.UsageEvent) {
+func (s *Shard) sendReserved(kind message.OutKind, ev *core.UsageEvent) {
 	s.usageReserved--
 	s.usageSeq++
-	if !s.send(Outbound{Kind: kind, From: s.cfg.ID, Usage: *ev, Seq: s.usageSeq}) {
+	if !s.send(message.Outbound{Kind: kind, From: s.cfg.ID, Usage: *ev, Seq: s.usageSeq}) {
 		invariant.Violated(invariant.LostUsage, "a billed event found no ring room although room was reserved")
 	}
 }
@@ -63,7 +64,7 @@ func (s *Shard) HandOver() {
 // would risk shedding. An idle plane sleeps without a beat: then the first
 // message rings it (NotifyIfAsleep). Forwarded operations, which a client
 // is waiting on, use the outbox's Push, which always rings.
-func (s *Shard) send(m Outbound) bool {
+func (s *Shard) send(m message.Outbound) bool {
 	r := s.outbox.Ring()
 	if !r.Push(m) {
 		return false

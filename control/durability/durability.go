@@ -21,8 +21,8 @@
 package durability
 
 import (
+	"github.com/tollgated/tollgated/control/message"
 	"github.com/tollgated/tollgated/core"
-	"github.com/tollgated/tollgated/shard"
 )
 
 // Out is what the machine asks of its shell.
@@ -31,7 +31,7 @@ type Out interface {
 	// only valid during the call.
 	Append(seq uint64, record []byte)
 	// Send queues a message for a shard.
-	Send(shard int, m shard.Inbound)
+	Send(shard int, m message.Inbound)
 	// Durable reports that what Await(ticket) waited for is on disk.
 	Durable(ticket uint64)
 }
@@ -76,7 +76,7 @@ type mark struct{ seq, shardSeq uint64 }
 type held struct {
 	seq    uint64
 	to     int
-	msg    shard.Inbound
+	msg    message.Inbound
 	ticket uint64 // Await: reported through Out.Durable instead of sending msg
 }
 
@@ -146,7 +146,7 @@ func (m *Machine) Closed(id core.RequestID) {
 
 // Hold sends msg to shard to once shard src's records so far are durable
 // (at once if they already are).
-func (m *Machine) Hold(src, to int, msg shard.Inbound) {
+func (m *Machine) Hold(src, to int, msg message.Inbound) {
 	if s := m.last[src]; s > m.durable {
 		m.stats.HeldReplies++
 		m.held = append(m.held, held{seq: s, to: to, msg: msg})

@@ -27,13 +27,11 @@ package funding
 
 import (
 	"container/heap"
-	"errors"
 	"math/bits"
 
+	"github.com/tollgated/tollgated/control/message"
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/invariant"
-	"github.com/tollgated/tollgated/ledger"
-	"github.com/tollgated/tollgated/shard"
 )
 
 // Config sets the funding policy. Times are nanoseconds; zero picks the
@@ -113,10 +111,10 @@ func (c *Config) setDefaults() {
 type Out interface {
 	// Grant queues a grant for shard; false means the shard's queue has no
 	// room for grants now (the shard stays wanting and is served later).
-	Grant(shard int, m shard.Inbound) bool
+	Grant(shard int, m message.Inbound) bool
 	// Send queues a protocol message (a reclaim) for shard; it is never
 	// dropped.
-	Send(shard int, m shard.Inbound)
+	Send(shard int, m message.Inbound)
 	// Call runs a ledger call; its Result comes back through Done.
 	Call(c Call)
 	// Publish stores new funding evidence for account where shards read it.
@@ -158,14 +156,47 @@ type Call struct {
 	TTL, Now     int64
 }
 
-// Result is a Call's outcome. Err is nil, a *ledger.Refusal (with the
-// evidence also in Evidence), ledger.ErrPeriodEnded, or any failure.
+// Outcome is what a ledger call came to, as the shell reads the ledger's
+// answer.
+type Outcome uint8
+
+const (
+	// OK: acquired or extended (Lease), or released.
+	OK Outcome = iota
+	// Refused: the ledger funds no grant now — a scope is exhausted or
+	// cannot fund the need; Evidence says what is left.
+	Refused
+	// RefusedInactive: the account or an ancestor is suspended or closed.
+	RefusedInactive
+	// PeriodEnded: an extension refused because the lease's budget period
+	// is over; the next lease takes the new period's allowance.
+	PeriodEnded
+	// Ended: a release found the lease no longer active (released
+	// before, fenced, or unknown): nothing left to return.
+	Ended
+	// Invalid: the ledger refused the call's arguments — a bug here.
+	Invalid
+	// Failed: the call did not complete (the ledger is unreachable, a
+	// timeout); it may be tried again.
+	Failed
+)
+
+// Grant is the lease a grant answers with.
+type Grant struct {
+	ID, Token uint64
+	Granted   core.CostUnits // in all, since the lease was acquired
+	Used      core.CostUnits // usage the ledger has settled against it
+	ExpiresAt int64
+}
+
+// Result is a Call's outcome.
 type Result struct {
 	ID          uint64
-	Lease       ledger.Lease
-	Evidence    core.FundingEvidence
+	Outcome     Outcome
+	Lease       Grant
+	Evidence    core.FundingEvidence // with a grant or a refusal (HasEvidence)
 	HasEvidence bool
-	Err         error
+	Detail      string // what failed, for Invalid and Failed
 }
 
 // Stats counts what the machine did.
@@ -704,7 +735,7 @@ func (m *Machine) cannotFund(a *account, need core.CostUnits, now int64) {
 // grant sends shard i a slice of units of l (of size, for its next size).
 func (m *Machine) grant(a *account, l *lease, i int, units, size core.CostUnits, now int64) {
 	sl := &a.shards[i]
-	g := shard.Inbound{Kind: shard.InGrant, Account: a.id, Token: l.token, Units: units,
+	g := message.Inbound{Kind: message.InGrant, Account: a.id, Token: l.token, Units: units,
 		Until: l.expires - m.cfg.Margin, LowWater: units / 2, Seq: sl.seq + 1}
 	if !m.out.Grant(i, g) {
 		m.blocked[i] = append(m.blocked[i], a) // it stays wanting
@@ -731,7 +762,7 @@ func (m *Machine) stopWaiting(a *account) {
 			a.starved = true
 			// Evidence is read without a message: this one wakes the
 			// shard's loop to run its waiting requests again.
-			m.out.Send(i, shard.Inbound{Kind: shard.InFundingNews, Account: a.id})
+			m.out.Send(i, message.Inbound{Kind: message.InFundingNews, Account: a.id})
 		}
 	}
 }
@@ -805,7 +836,7 @@ func (m *Machine) reclaimSlices(a *account, l *lease, now int64) {
 	m.stats.Reclaims++
 	for i, out := range l.outBy {
 		if out > 0 {
-			m.out.Send(i, shard.Inbound{Kind: shard.InReclaimLease, Account: a.id, Token: l.token})
+			m.out.Send(i, message.Inbound{Kind: message.InReclaimLease, Account: a.id, Token: l.token})
 		}
 	}
 }
@@ -944,7 +975,7 @@ func (m *Machine) handBack(a *account, l *lease, now int64) {
 func (m *Machine) askBack(a *account, l *lease) {
 	for i := range a.shards {
 		if a.shards[i].seq > 0 {
-			m.out.Send(i, shard.Inbound{Kind: shard.InRetireLease, Account: a.id, Token: l.token})
+			m.out.Send(i, message.Inbound{Kind: message.InRetireLease, Account: a.id, Token: l.token})
 		}
 	}
 }
@@ -979,7 +1010,7 @@ func (m *Machine) Done(r Result, now int64) {
 	a := p.acct
 	if r.HasEvidence {
 		ev := r.Evidence
-		if l := p.lease; l != nil && p.call.Kind == CallExtend && r.Err == nil {
+		if l := p.lease; l != nil && p.call.Kind == CallExtend && r.Outcome == OK {
 			// The ledger counts as outstanding what this node has spent
 			// but not yet exported (its Used lags the spool): what the
 			// account can still spend is that much less.
@@ -997,19 +1028,21 @@ func (m *Machine) Done(r Result, now int64) {
 	case CallExtend:
 		a.calling, a.verified = false, true
 		m.extended(a, p.lease, p.call, r, now)
+	default:
+		invariant.Violated(invariant.UnknownKind, "a ledger result for a call of kind "+p.call.Kind.String())
 	}
 	m.arm(a, now)
 }
 
 func (m *Machine) released(a *account, l *lease, r Result, now int64) {
-	if r.Err != nil {
+	if r.Outcome != OK {
 		m.stats.Errors++
-		switch {
-		case errors.Is(r.Err, ledger.ErrInvalid):
-			invariant.Violated(invariant.LedgerRefusedRelease, r.Err.Error())
-		case errors.Is(r.Err, ledger.ErrLeaseNotActive), errors.Is(r.Err, ledger.ErrFenced), errors.Is(r.Err, ledger.ErrNotFound):
-			// Forfeited meanwhile (the ledger was out of reach past the
-			// lease's expiry + grace): nothing left to return.
+		switch r.Outcome {
+		case Invalid:
+			invariant.Violated(invariant.LedgerRefusedRelease, r.Detail)
+		case Ended:
+			// Released before, or fenced by a newer incarnation: nothing
+			// left to return.
 		default:
 			// Not released: the units must still go back. Try again after
 			// Retry (due re-asks a retiring lease that has none out).
@@ -1024,7 +1057,7 @@ func (m *Machine) released(a *account, l *lease, r Result, now int64) {
 			break
 		}
 	}
-	if r.Err != nil {
+	if r.Outcome != OK {
 		return
 	}
 	m.stats.Released++
@@ -1050,7 +1083,7 @@ func (m *Machine) unblock(a *account, now int64) {
 }
 
 func (m *Machine) acquired(a *account, c Call, r Result, now int64) {
-	if r.Err != nil {
+	if r.Outcome != OK {
 		m.refused(a, r, now)
 		return
 	}
@@ -1074,20 +1107,20 @@ func (m *Machine) extended(a *account, l *lease, c Call, r Result, now int64) {
 	if l != a.cur {
 		return // retired meanwhile; its release is under way or done
 	}
-	var refusal *ledger.Refusal
-	switch {
-	case errors.As(r.Err, &refusal):
+	switch r.Outcome {
+	case Refused, RefusedInactive:
 		m.stats.Refused++
 		m.handBack(a, l, now) // suspended or closed: stop using it
 		return
-	case errors.Is(r.Err, ledger.ErrPeriodEnded):
+	case PeriodEnded:
 		// A new budget period: the next lease takes its allowance; this
 		// one returns what it holds to the period it came from.
 		m.stats.Rotated++
 		m.handBack(a, l, now)
 		m.ensureCall(a, now)
 		return
-	case r.Err != nil:
+	case OK:
+	default:
 		m.stats.Errors++
 		a.retryAt = now + m.cfg.Retry
 		return
@@ -1103,7 +1136,7 @@ func (m *Machine) extended(a *account, l *lease, c Call, r Result, now int64) {
 		// shard that holds one, or they would stop at the old expiry.
 		for i := range a.shards {
 			if a.shards[i].seq > 0 {
-				m.out.Send(i, shard.Inbound{Kind: shard.InExtendLease, Account: a.id, Token: l.token, Until: l.expires - m.cfg.Margin})
+				m.out.Send(i, message.Inbound{Kind: message.InExtendLease, Account: a.id, Token: l.token, Until: l.expires - m.cfg.Margin})
 			}
 		}
 	}
@@ -1144,14 +1177,13 @@ const maxBackoff = int64(30e9)
 
 // refused handles a refused or failed acquire.
 func (m *Machine) refused(a *account, r Result, now int64) {
-	var refusal *ledger.Refusal
-	if !errors.As(r.Err, &refusal) {
+	if r.Outcome != Refused && r.Outcome != RefusedInactive {
 		m.stats.Errors++
 		a.retryAt = now + m.cfg.Retry
 		return
 	}
 	m.stats.Refused++
-	if refusal.Reason != ledger.RefusedInactive && r.HasEvidence && r.Evidence.Remaining > 0 && m.siblings(a, now) {
+	if r.Outcome == Refused && r.HasEvidence && r.Evidence.Remaining > 0 && m.siblings(a, now) {
 		a.retryAt = now + m.cfg.Retry // their release asks again (unblock)
 		return
 	}

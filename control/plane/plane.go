@@ -24,17 +24,18 @@ package plane
 import (
 	"cmp"
 	"errors"
+	"fmt"
 	"iter"
 	"slices"
 
 	"github.com/tollgated/tollgated/control/durability"
 	"github.com/tollgated/tollgated/control/funding"
+	"github.com/tollgated/tollgated/control/message"
 	"github.com/tollgated/tollgated/control/record"
 	"github.com/tollgated/tollgated/control/shares"
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/credential"
-	"github.com/tollgated/tollgated/ledger"
-	"github.com/tollgated/tollgated/shard"
+	"github.com/tollgated/tollgated/invariant"
 )
 
 // Config sets the machine's parts.
@@ -94,9 +95,9 @@ type KeyUsed struct {
 // Ingest is a post-paid batch waiting for the ledger.
 type Ingest struct {
 	Ticket uint64
-	Events []ledger.Usage
+	Events []record.Event
 	from   int
-	batch  *shard.PostPaidBatch
+	batch  *message.PostPaidBatch
 }
 
 // Stats counts what the machine did.
@@ -114,7 +115,7 @@ type Machine struct {
 	shares   *shares.Machine
 	dur      *durability.Machine
 	accounts map[core.AccountID]*account
-	queues   [][]shard.Inbound
+	queues   [][]message.Inbound
 	// queued and delivered count, per shard, the messages ever queued for
 	// it and handed to its ring (Sent): a change is in a shard's ring once
 	// delivered reaches what queued was when the change was made.
@@ -160,7 +161,7 @@ func New(cfg Config) *Machine {
 	}
 	cfg.Funding.Shards, cfg.Shares.Shards, cfg.Durability.Shards = cfg.Shards, cfg.Shards, cfg.Shards
 	m := &Machine{cfg: cfg, accounts: make(map[core.AccountID]*account),
-		queues: make([][]shard.Inbound, cfg.Shards), queued: make([]uint64, cfg.Shards), delivered: make([]uint64, cfg.Shards),
+		queues: make([][]message.Inbound, cfg.Shards), queued: make([]uint64, cfg.Shards), delivered: make([]uint64, cfg.Shards),
 		awaiting: make(map[uint64]any), ingests: make(map[uint64]*Ingest)}
 	m.fund = funding.New(cfg.Funding, fundingOut{m})
 	m.shares = shares.New(cfg.Shares, sharesOut{m})
@@ -180,7 +181,7 @@ func (m *Machine) Shards() int { return m.cfg.Shards }
 
 // Queue is what waits for shard i, oldest first; the shell pushes a prefix
 // of it and reports how many with Sent.
-func (m *Machine) Queue(i int) []shard.Inbound { return m.queues[i] }
+func (m *Machine) Queue(i int) []message.Inbound { return m.queues[i] }
 
 // Sent drops the first n messages of shard i's queue, delivered.
 func (m *Machine) Sent(i, n int, now int64) {
@@ -298,60 +299,62 @@ func (m *Machine) Idle() bool {
 }
 
 // FromShard handles one message popped from shard from's ring.
-func (m *Machine) FromShard(from int, msg *shard.Outbound, now int64) {
+func (m *Machine) FromShard(from int, msg *message.Outbound, now int64) {
 	switch msg.Kind {
-	case shard.OutUsage:
+	case message.OutUsage:
 		m.usage(from, msg, now)
-	case shard.OutCommit:
+	case message.OutCommit:
 		m.stats.Commits++
 		r := m.record(record.Commit, &msg.Usage)
 		m.scratch = record.Append(m.scratch[:0], &r)
 		m.dur.Commit(from, msg.Seq, msg.Usage.RequestID, m.scratch, now)
-	case shard.OutRefill:
+	case message.OutRefill:
 		m.stats.Refills++
 		// A shard that refused a quote still holds what its slice has
 		// left: it needs only the difference.
 		m.fund.Refill(from, msg.Account, msg.Needed-min(msg.Units, msg.Needed), msg.Seq, now)
-	case shard.OutReturn:
+	case message.OutReturn:
 		m.fund.Return(from, msg.Account, msg.Token, msg.Units, now)
 		if len(m.recalls) > 0 {
 			m.answerRecalled()
 		}
-	case shard.OutForward:
+	case message.OutForward:
 		m.stats.Forwards++
 		if int(msg.To) >= len(m.queues) {
-			m.send(from, shard.Inbound{Kind: shard.InReply, Op: msg.Op, Ticket: msg.Ticket, Status: shard.ReplyUnknownReservation})
+			m.send(from, message.Inbound{Kind: message.InReply, Op: msg.Op, Ticket: msg.Ticket, Status: message.ReplyUnknownReservation})
 			return
 		}
-		m.send(int(msg.To), shard.Inbound{Kind: shard.InForward, Op: msg.Op, From: msg.From, Res: msg.Res,
+		m.send(int(msg.To), message.Inbound{Kind: message.InForward, Op: msg.Op, From: msg.From, Res: msg.Res,
 			Units: msg.Units, Principal: msg.Principal, Ticket: msg.Ticket})
-	case shard.OutReply:
-		reply := shard.Inbound{Kind: shard.InReply, Op: msg.Op, Ticket: msg.Ticket, Status: msg.Status,
+	case message.OutReply:
+		reply := message.Inbound{Kind: message.InReply, Op: msg.Op, Ticket: msg.Ticket, Status: msg.Status,
 			Reason: msg.Reason, Units: msg.Units}
 		if int(msg.To) >= len(m.queues) {
 			return
 		}
-		if msg.Op == shard.OpFinish || msg.Op == shard.OpCommit {
+		if msg.Op == message.OpFinish || msg.Op == message.OpCommit {
 			// The owner billed or journaled: the answer waits, like a
 			// local one, until that record is durable.
 			m.dur.Hold(from, int(msg.To), reply)
 			return
 		}
 		m.send(int(msg.To), reply)
-	case shard.OutStarved:
+	case message.OutStarved:
 		m.shares.Starved(from, msg.Account, now)
-	case shard.OutShareAck:
+	case message.OutShareAck:
 		m.shares.Ack(from, msg.Account, msg.Seq, msg.InFlight, now)
-	case shard.OutPostPaid:
+	case message.OutPostPaid:
 		m.postPaid(from, msg, now)
-	case shard.OutKeyUsed:
+	case message.OutKeyUsed:
 		m.keyUsed(msg.Principal, now)
+	default:
+		invariant.Violated(invariant.UnknownKind, fmt.Sprintf("shard %d sent a message of kind %d", from, msg.Kind))
 	}
 }
 
 // usage spools a billed event, closes its commit entry and settles it
 // against the lease that funded it.
-func (m *Machine) usage(from int, msg *shard.Outbound, now int64) {
+func (m *Machine) usage(from int, msg *message.Outbound, now int64) {
 	m.stats.Usage++
 	ev := &msg.Usage
 	var d funding.Draw
@@ -384,20 +387,20 @@ func (m *Machine) record(k record.Kind, ev *core.UsageEvent) record.Record {
 
 // Every event id a shard accepts fits a spool record (this fails to
 // compile otherwise).
-const _ = uint(record.MaxEventIDLen - shard.MaxEventIDLen)
+const _ = uint(record.MaxEventIDLen - message.MaxEventIDLen)
 
 // postPaid spools a post-paid batch and, once it is durable, bills it in
 // the ledger; the shard is answered with the ledger's counts.
-func (m *Machine) postPaid(from int, msg *shard.Outbound, now int64) {
+func (m *Machine) postPaid(from int, msg *message.Outbound, now int64) {
 	m.stats.PostPaid++
 	b := msg.Batch
 	if len(b.Events) == 0 {
-		m.send(from, shard.Inbound{Kind: shard.InPostPaidDone, Ticket: msg.Ticket, Batch: b})
+		m.send(from, message.Inbound{Kind: message.InPostPaidDone, Ticket: msg.Ticket, Batch: b})
 		return
 	}
-	in := &Ingest{Ticket: msg.Ticket, from: from, batch: b, Events: make([]ledger.Usage, len(b.Events))}
+	in := &Ingest{Ticket: msg.Ticket, from: from, batch: b, Events: make([]record.Event, len(b.Events))}
 	for i, e := range b.Events {
-		in.Events[i] = ledger.Usage{ID: e.ID, Account: e.Account, Source: ledger.UsagePostPaid, Units: e.Units, OccurredAt: e.OccurredAt}
+		in.Events[i] = record.Event{ID: e.ID, Account: e.Account, Source: record.SourcePostPaid, Units: e.Units, OccurredAt: e.OccurredAt}
 	}
 	// Claimed before it can be durable: the exporter, which bills what is
 	// durable, must leave these to the plane, or the reporter would be
@@ -413,9 +416,18 @@ func (m *Machine) postPaid(from int, msg *shard.Outbound, now int64) {
 	m.dur.Await(from, m.tickets)
 }
 
+// IngestResult is what the ledger did with one post-paid event.
+type IngestResult uint8
+
+const (
+	Accepted  IngestResult = iota + 1 // billed now
+	Duplicate                         // billed before
+	Rejected                          // not billable (an unknown account)
+)
+
 // IngestDone applies a post-paid ingest's result: the shard is answered,
 // the claim lifted, and the funding of the accounts billed refreshed.
-func (m *Machine) IngestDone(in *Ingest, results []ledger.IngestResult, err error) {
+func (m *Machine) IngestDone(in *Ingest, results []IngestResult, err error) {
 	delete(m.ingests, in.Ticket)
 	m.effects = append(m.effects, Effect{Kind: EffectUnclaim, Ingest: in})
 	b := in.batch
@@ -425,10 +437,10 @@ func (m *Machine) IngestDone(in *Ingest, results []ledger.IngestResult, err erro
 		var changed []core.AccountID
 		for i, r := range results {
 			switch r {
-			case ledger.Accepted:
+			case Accepted:
 				b.Accepted++
 				changed = append(changed, in.Events[i].Account)
-			case ledger.Duplicate:
+			case Duplicate:
 				b.Duplicate++
 			default:
 				b.Rejected++
@@ -441,7 +453,7 @@ func (m *Machine) IngestDone(in *Ingest, results []ledger.IngestResult, err erro
 			return
 		}
 	}
-	m.send(in.from, shard.Inbound{Kind: shard.InPostPaidDone, Ticket: in.Ticket, Batch: b})
+	m.send(in.from, message.Inbound{Kind: message.InPostPaidDone, Ticket: in.Ticket, Batch: b})
 }
 
 // Refreshed reports that the evidence of a post-paid batch's accounts was
@@ -460,7 +472,7 @@ func (m *Machine) answerRecalled() {
 			kept = append(kept, r)
 			continue
 		}
-		m.send(r.in.from, shard.Inbound{Kind: shard.InPostPaidDone, Ticket: r.in.Ticket, Batch: r.in.batch})
+		m.send(r.in.from, message.Inbound{Kind: message.InPostPaidDone, Ticket: r.in.Ticket, Batch: r.in.batch})
 	}
 	clear(m.recalls[len(kept):])
 	m.recalls = kept
@@ -476,7 +488,7 @@ func (m *Machine) SpoolDurable(seq uint64) { m.dur.Durable(seq) }
 // their reservations): each is released once its slices are back.
 func (m *Machine) HandBackAll(now int64) { m.fund.HandBackAll(now) }
 
-func (m *Machine) send(i int, msg shard.Inbound) {
+func (m *Machine) send(i int, msg message.Inbound) {
 	m.queues[i] = append(m.queues[i], msg)
 	m.queued[i]++
 }
@@ -506,7 +518,7 @@ func (m *Machine) roomForAll() bool {
 	return true
 }
 
-func (m *Machine) broadcast(msg shard.Inbound) {
+func (m *Machine) broadcast(msg message.Inbound) {
 	for i := range m.queues {
 		m.send(i, msg)
 	}
@@ -531,9 +543,9 @@ func (m *Machine) Install(snap *core.Snapshot, now int64) error {
 		m.accounts[snap.Account] = a
 	}
 	a.snap = snap
-	m.broadcast(shard.Inbound{Kind: shard.InInstall, Snap: snap})
+	m.broadcast(message.Inbound{Kind: message.InInstall, Snap: snap})
 	if fresh {
-		m.broadcast(shard.Inbound{Kind: shard.InEvidence, Account: snap.Account, Evidence: a.evidence})
+		m.broadcast(message.Inbound{Kind: message.InEvidence, Account: snap.Account, Evidence: a.evidence})
 	} else {
 		// A new policy may change the budget view: old evidence must not
 		// refuse under it. The next ledger answer publishes fresh evidence.
@@ -546,28 +558,28 @@ func (m *Machine) Install(snap *core.Snapshot, now int64) error {
 
 // Bind lets the key with digest d act for account on every shard.
 func (m *Machine) Bind(d credential.Digest, id core.AccountID) error {
-	return m.provision(shard.Inbound{Kind: shard.InBind, Principal: d.Principal(), Digest: d, Account: id})
+	return m.provision(message.Inbound{Kind: message.InBind, Principal: d.Principal(), Digest: d, Account: id})
 }
 
 // Unbind stops the key with digest d on every shard.
 func (m *Machine) Unbind(d credential.Digest) error {
-	return m.provision(shard.Inbound{Kind: shard.InUnbind, Principal: d.Principal()})
+	return m.provision(message.Inbound{Kind: message.InUnbind, Principal: d.Principal()})
 }
 
 // BindPlatform lets a platform token call the seed-000 routes.
 func (m *Machine) BindPlatform(d credential.Digest) error {
-	return m.provision(shard.Inbound{Kind: shard.InBindPlatform, Principal: d.Principal(), Digest: d})
+	return m.provision(message.Inbound{Kind: message.InBindPlatform, Principal: d.Principal(), Digest: d})
 }
 
 // UnbindPlatform stops a platform token.
 func (m *Machine) UnbindPlatform(d credential.Digest) error {
-	return m.provision(shard.Inbound{Kind: shard.InUnbindPlatform, Principal: d.Principal()})
+	return m.provision(message.Inbound{Kind: message.InUnbindPlatform, Principal: d.Principal()})
 }
 
 // Ready tells every shard its initial state is delivered.
-func (m *Machine) Ready() error { return m.provision(shard.Inbound{Kind: shard.InReady}) }
+func (m *Machine) Ready() error { return m.provision(message.Inbound{Kind: message.InReady}) }
 
-func (m *Machine) provision(msg shard.Inbound) error {
+func (m *Machine) provision(msg message.Inbound) error {
 	if !m.roomForAll() {
 		return ErrBusy
 	}
@@ -585,7 +597,7 @@ func (m *Machine) Evidence(id core.AccountID, ev core.FundingEvidence, now int64
 // Out.
 type fundingOut struct{ m *Machine }
 
-func (o fundingOut) Grant(i int, msg shard.Inbound) bool {
+func (o fundingOut) Grant(i int, msg message.Inbound) bool {
 	if len(o.m.queues[i]) >= o.m.cfg.QueueSoft {
 		return false
 	}
@@ -593,7 +605,7 @@ func (o fundingOut) Grant(i int, msg shard.Inbound) bool {
 	return true
 }
 
-func (o fundingOut) Send(i int, msg shard.Inbound) { o.m.send(i, msg) }
+func (o fundingOut) Send(i int, msg message.Inbound) { o.m.send(i, msg) }
 
 func (o fundingOut) Call(c funding.Call) {
 	m := o.m
@@ -617,7 +629,7 @@ func (o fundingOut) Publish(id core.AccountID, ev core.FundingEvidence) {
 
 type sharesOut struct{ m *Machine }
 
-func (o sharesOut) Send(i int, msg shard.Inbound) { o.m.send(i, msg) }
+func (o sharesOut) Send(i int, msg message.Inbound) { o.m.send(i, msg) }
 
 type durabilityOut struct{ m *Machine }
 
@@ -635,7 +647,7 @@ func (o durabilityOut) Append(seq uint64, rec []byte) {
 	m.effects = append(m.effects, Effect{Kind: EffectAppend, Seq: seq, recs: [2]int{i, i + 1}})
 }
 
-func (o durabilityOut) Send(i int, msg shard.Inbound) { o.m.send(i, msg) }
+func (o durabilityOut) Send(i int, msg message.Inbound) { o.m.send(i, msg) }
 
 func (o durabilityOut) Durable(ticket uint64) {
 	m := o.m
@@ -647,6 +659,8 @@ func (o durabilityOut) Durable(ticket uint64) {
 		m.effects = append(m.effects, Effect{Kind: EffectIngest, Ingest: w})
 	case funding.Call:
 		m.effects = append(m.effects, Effect{Kind: EffectCall, Call: w})
+	default:
+		invariant.Violated(invariant.UnknownKind, fmt.Sprintf("durable ticket %d awaited by %T", ticket, w))
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"errors"
 
 	"github.com/tollgated/tollgated/core"
-	"github.com/tollgated/tollgated/ledger"
 )
 
 // A record keeps one event in the spool: fixed-width little-endian fields,
@@ -49,10 +48,33 @@ const (
 	Hole Kind = 0
 )
 
+// Source says what funded an event. Its values are the ledger's usage
+// sources (control checks that they agree), so a record's source byte is
+// the ledger's.
+type Source uint8
+
+const (
+	SourceLease    Source = iota + 1 // a lease: LeaseID and Token name it
+	SourceOverage                    // elastic overage beyond the lease
+	SourcePostPaid                   // reported after the fact (POST /v1/usage)
+)
+
+// Event is a billed event as the spool keeps it: the fields of the
+// ledger's usage row, which the control plane's shell fills from it.
+type Event struct {
+	ID         [16]byte
+	Account    core.AccountID
+	Source     Source
+	LeaseID    uint64
+	Token      uint64
+	Units      core.CostUnits
+	OccurredAt int64
+}
+
 // Record is one spool record.
 type Record struct {
 	Kind  Kind
-	Usage ledger.Usage
+	Usage Event
 	// Revision is the policy revision the request was admitted under:
 	// zero for post-paid reports, and for records written without one.
 	Revision core.PolicyRevision
@@ -113,7 +135,7 @@ func Decode(b []byte) (Record, error) {
 		return r, errBad
 	}
 	u := &r.Usage
-	u.Source = ledger.UsageSource(b[1])
+	u.Source = Source(b[1])
 	copy(u.ID[:], b[2:18])
 	u.LeaseID = binary.LittleEndian.Uint64(b[18:])
 	u.Token = binary.LittleEndian.Uint64(b[26:])
@@ -143,8 +165,8 @@ func Decode(b []byte) (Record, error) {
 		return r, errBad
 	}
 	u.Account = core.AccountID(rest[1:])
-	if u.Source < ledger.UsageLease || u.Source > ledger.UsagePostPaid || (r.Kind == Commit && u.Source == ledger.UsagePostPaid) ||
-		(hasEventID && u.Source != ledger.UsagePostPaid) {
+	if u.Source < SourceLease || u.Source > SourcePostPaid || (r.Kind == Commit && u.Source == SourcePostPaid) ||
+		(hasEventID && u.Source != SourcePostPaid) {
 		return r, errBad
 	}
 	return r, nil
@@ -159,9 +181,9 @@ func FromEvent(k Kind, ev *core.UsageEvent, leaseID uint64) Record {
 	binary.BigEndian.PutUint64(u.ID[:8], ev.RequestID.Hi)
 	binary.BigEndian.PutUint64(u.ID[8:], ev.RequestID.Lo)
 	if ev.Source == core.SourceLease {
-		u.Source, u.LeaseID, u.Token = ledger.UsageLease, leaseID, ev.FencingToken
+		u.Source, u.LeaseID, u.Token = SourceLease, leaseID, ev.FencingToken
 	} else {
-		u.Source = ledger.UsageOverage
+		u.Source = SourceOverage
 	}
 	return r
 }

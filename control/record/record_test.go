@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/tollgated/tollgated/core"
-	"github.com/tollgated/tollgated/ledger"
 )
 
 var rev = core.PolicyRevision{1, 2, 3, 31: 9}
@@ -13,12 +12,12 @@ var rev = core.PolicyRevision{1, 2, 3, 31: 9}
 func TestRecordsRoundTrip(t *testing.T) {
 	long := core.AccountID("0123456789012345678901234567890123456789012345678901234567890123")
 	for _, r := range []Record{
-		{Kind: Usage, Revision: rev, Usage: ledger.Usage{ID: [16]byte{1, 2, 3}, Account: "acme", Source: ledger.UsageLease, LeaseID: 7, Token: 3, Units: 1210, OccurredAt: 1_700_000_000e9}},
-		{Kind: Usage, Usage: ledger.Usage{ID: [16]byte{15: 9}, Account: "a", Source: ledger.UsageOverage, Units: core.MaxCostUnits, OccurredAt: -1}},
-		{Kind: Usage, Revision: rev, Usage: ledger.Usage{Account: long, Source: ledger.UsagePostPaid, Units: 1}},
-		{Kind: Usage, EventID: "evt-1", Usage: ledger.Usage{ID: [16]byte{7}, Account: "acme", Source: ledger.UsagePostPaid, Units: 5, OccurredAt: 9}},
-		{Kind: Usage, EventID: strings.Repeat("é", MaxEventIDLen/2), Usage: ledger.Usage{Account: long, Source: ledger.UsagePostPaid, Units: 1}},
-		{Kind: Commit, Revision: rev, Usage: ledger.Usage{ID: [16]byte{4}, Account: "acme", Source: ledger.UsageLease, LeaseID: 2, Token: 1, Units: 300, OccurredAt: 5}},
+		{Kind: Usage, Revision: rev, Usage: Event{ID: [16]byte{1, 2, 3}, Account: "acme", Source: SourceLease, LeaseID: 7, Token: 3, Units: 1210, OccurredAt: 1_700_000_000e9}},
+		{Kind: Usage, Usage: Event{ID: [16]byte{15: 9}, Account: "a", Source: SourceOverage, Units: core.MaxCostUnits, OccurredAt: -1}},
+		{Kind: Usage, Revision: rev, Usage: Event{Account: long, Source: SourcePostPaid, Units: 1}},
+		{Kind: Usage, EventID: "evt-1", Usage: Event{ID: [16]byte{7}, Account: "acme", Source: SourcePostPaid, Units: 5, OccurredAt: 9}},
+		{Kind: Usage, EventID: strings.Repeat("é", MaxEventIDLen/2), Usage: Event{Account: long, Source: SourcePostPaid, Units: 1}},
+		{Kind: Commit, Revision: rev, Usage: Event{ID: [16]byte{4}, Account: "acme", Source: SourceLease, LeaseID: 2, Token: 1, Units: 300, OccurredAt: 5}},
 	} {
 		b := Append(nil, &r)
 		if len(b) > MaxLen {
@@ -32,11 +31,11 @@ func TestRecordsRoundTrip(t *testing.T) {
 }
 
 func TestMalformedRecordsAreRefused(t *testing.T) {
-	good := Append(nil, &Record{Kind: Usage, Usage: ledger.Usage{Account: "acme", Source: ledger.UsageLease, Units: 1}})
-	withRev := Append(nil, &Record{Kind: Usage, Revision: rev, Usage: ledger.Usage{Account: "acme", Source: ledger.UsageLease, Units: 1}})
-	postPaid := Append(nil, &Record{Kind: Usage, EventID: "evt-1", Usage: ledger.Usage{Account: "acme", Source: ledger.UsagePostPaid, Units: 1}})
+	good := Append(nil, &Record{Kind: Usage, Usage: Event{Account: "acme", Source: SourceLease, Units: 1}})
+	withRev := Append(nil, &Record{Kind: Usage, Revision: rev, Usage: Event{Account: "acme", Source: SourceLease, Units: 1}})
+	postPaid := Append(nil, &Record{Kind: Usage, EventID: "evt-1", Usage: Event{Account: "acme", Source: SourcePostPaid, Units: 1}})
 	leaseWithEventID := append([]byte{}, postPaid...)
-	leaseWithEventID[1] = byte(ledger.UsageLease)
+	leaseWithEventID[1] = byte(SourceLease)
 	zeroEventID := append(append([]byte{}, postPaid[:fixedLen-1]...), 0)
 	zeroEventID = append(zeroEventID, postPaid[fixedLen-1+1+5:]...)
 	zeroRev := append([]byte{}, withRev...)
@@ -55,7 +54,7 @@ func TestMalformedRecordsAreRefused(t *testing.T) {
 		"zero length":       append(append([]byte{}, good[:fixedLen-1]...), 0),
 		"short revision":    withRev[:fixedLen+10],
 		"zero revision":     zeroRev,
-		"post-paid commit":  Append(nil, &Record{Kind: Commit, Usage: ledger.Usage{Account: "acme", Source: ledger.UsagePostPaid, Units: 1}}),
+		"post-paid commit":  Append(nil, &Record{Kind: Commit, Usage: Event{Account: "acme", Source: SourcePostPaid, Units: 1}}),
 	}
 	for name, b := range cases {
 		if _, err := Decode(b); err == nil {
@@ -65,9 +64,9 @@ func TestMalformedRecordsAreRefused(t *testing.T) {
 }
 
 func FuzzDecode(f *testing.F) {
-	f.Add(Append(nil, &Record{Kind: Usage, Usage: ledger.Usage{Account: "acme", Source: ledger.UsageLease, Units: 1}}))
-	f.Add(Append(nil, &Record{Kind: Commit, Revision: rev, Usage: ledger.Usage{Account: "acme", Source: ledger.UsageOverage, Units: 7}}))
-	f.Add(Append(nil, &Record{Kind: Usage, EventID: "evt-1", Usage: ledger.Usage{Account: "acme", Source: ledger.UsagePostPaid, Units: 7}}))
+	f.Add(Append(nil, &Record{Kind: Usage, Usage: Event{Account: "acme", Source: SourceLease, Units: 1}}))
+	f.Add(Append(nil, &Record{Kind: Commit, Revision: rev, Usage: Event{Account: "acme", Source: SourceOverage, Units: 7}}))
+	f.Add(Append(nil, &Record{Kind: Usage, EventID: "evt-1", Usage: Event{Account: "acme", Source: SourcePostPaid, Units: 7}}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := Decode(b)
 		if err != nil {

@@ -18,9 +18,9 @@
 package shares
 
 import (
+	"github.com/tollgated/tollgated/control/message"
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/invariant"
-	"github.com/tollgated/tollgated/shard"
 )
 
 // Config sets the policy. Times are nanoseconds; zero picks the default.
@@ -39,7 +39,7 @@ type Config struct {
 
 // Out receives the share messages.
 type Out interface {
-	Send(shard int, m shard.Inbound)
+	Send(shard int, m message.Inbound)
 }
 
 // Stats counts moves.
@@ -101,7 +101,7 @@ func (m *Machine) Limits(id core.AccountID, l core.Limits, now int64) {
 		a.shares = equalShares(&l, n)
 		a.planSeq++
 		for i := range n {
-			m.out.Send(i, shard.Inbound{Kind: shard.InShare, Account: id, Share: a.shares[i], Seq: a.planSeq})
+			m.out.Send(i, message.Inbound{Kind: message.InShare, Account: id, Share: a.shares[i], Seq: a.planSeq})
 		}
 		return
 	}
@@ -169,7 +169,7 @@ func (m *Machine) Tick(now int64) {
 		for i := range a.shares {
 			if !a.acked[i] {
 				m.stats.Resent++
-				m.out.Send(i, shard.Inbound{Kind: shard.InShare, Account: a.id, Share: a.shares[i], Seq: a.planSeq})
+				m.out.Send(i, message.Inbound{Kind: message.InShare, Account: a.id, Share: a.shares[i], Seq: a.planSeq})
 			}
 		}
 	}
@@ -208,7 +208,7 @@ func (m *Machine) rebalance(a *account, now int64) {
 		if shrink {
 			a.shares[i] = fromFields(low)
 			a.shrinking++
-			m.out.Send(i, shard.Inbound{Kind: shard.InShare, Account: a.id, Share: a.shares[i], Seq: a.planSeq})
+			m.out.Send(i, message.Inbound{Kind: message.InShare, Account: a.id, Share: a.shares[i], Seq: a.planSeq})
 		} else {
 			a.acked[i] = true
 		}
@@ -246,7 +246,7 @@ func (m *Machine) grow(a *account, now int64) {
 			held += want.MaxConcurrent
 		}
 		a.shares[i] = want
-		m.out.Send(i, shard.Inbound{Kind: shard.InShare, Account: a.id, Share: want, Seq: a.planSeq})
+		m.out.Send(i, message.Inbound{Kind: message.InShare, Account: a.id, Share: want, Seq: a.planSeq})
 	}
 	m.checkSum(a)
 	if a.again {

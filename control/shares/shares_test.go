@@ -3,8 +3,8 @@ package shares
 import (
 	"testing"
 
+	"github.com/tollgated/tollgated/control/message"
 	"github.com/tollgated/tollgated/core"
-	"github.com/tollgated/tollgated/shard"
 )
 
 // sent records the messages for shards, in order.
@@ -12,10 +12,10 @@ type sent struct{ msgs []sentMsg }
 
 type sentMsg struct {
 	to int
-	m  shard.Inbound
+	m  message.Inbound
 }
 
-func (s *sent) Send(to int, m shard.Inbound) { s.msgs = append(s.msgs, sentMsg{to, m}) }
+func (s *sent) Send(to int, m message.Inbound) { s.msgs = append(s.msgs, sentMsg{to, m}) }
 
 func (s *sent) take() []sentMsg {
 	out := s.msgs

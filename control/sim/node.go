@@ -13,6 +13,7 @@ import (
 	"github.com/tollgated/tollgated/control"
 	"github.com/tollgated/tollgated/control/durability"
 	"github.com/tollgated/tollgated/control/funding"
+	"github.com/tollgated/tollgated/control/message"
 	"github.com/tollgated/tollgated/control/plane"
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/credential"
@@ -28,8 +29,8 @@ type node struct {
 	w          *World
 	m          *plane.Machine
 	shards     []*shard.Shard
-	in         []*ring.Doorbell[shard.Inbound]
-	out        []*ring.Doorbell[shard.Outbound]
+	in         []*ring.Doorbell[message.Inbound]
+	out        []*ring.Doorbell[message.Outbound]
 	transports []*transport
 	prov       *control.Provisioner
 	exporter   *control.Exporter
@@ -37,7 +38,7 @@ type node struct {
 	calls      []timedCall // ledger calls in flight, by due time
 	changed    []core.AccountID
 	refreshed  []*plane.Ingest // post-paid batches whose accounts' evidence changed
-	popBuf     [64]shard.Outbound
+	popBuf     [64]message.Outbound
 	nextExport int64
 	nextMaint  int64
 }
@@ -53,8 +54,8 @@ type timedCall struct {
 func (w *World) startNode() *node {
 	n := &node{w: w, claims: control.NewPostPaidClaims()}
 	for i := range w.cfg.Shards {
-		inR, _ := ring.New[shard.Inbound](w.cfg.RingSize)
-		outR, _ := ring.New[shard.Outbound](w.cfg.RingSize)
+		inR, _ := ring.New[message.Inbound](w.cfg.RingSize)
+		outR, _ := ring.New[message.Outbound](w.cfg.RingSize)
 		in, err := ring.NewDoorbell(inR)
 		if err != nil {
 			w.fail("doorbell: %v", err)
@@ -192,7 +193,7 @@ func (n *node) popShard(i int) int {
 	k := n.out[i].Ring().PopBatch(n.popBuf[:])
 	for j := range k {
 		n.m.FromShard(i, &n.popBuf[j], n.w.now)
-		n.popBuf[j] = shard.Outbound{}
+		n.popBuf[j] = message.Outbound{}
 	}
 	return k
 }
@@ -287,8 +288,8 @@ func (n *node) finishCalls() int {
 				n.m.IngestDone(c.ingest, nil, errLedger)
 				continue
 			}
-			res, err := w.store.Ingest(ctx, c.ingest.Events, w.now)
-			n.m.IngestDone(c.ingest, res, err)
+			res, err := w.store.Ingest(ctx, control.LedgerUsages(c.ingest.Events), w.now)
+			n.m.IngestDone(c.ingest, control.IngestResults(res), err)
 			continue
 		}
 		n.m.LedgerDone(w.runCall(ctx, c.call), w.now)
@@ -304,7 +305,7 @@ func (w *World) runCall(ctx context.Context, c funding.Call) funding.Result {
 	r := funding.Result{ID: c.ID}
 	w.ledgerCalls = append(w.ledgerCalls, ledgerCall{at: w.now, account: c.Account, kind: c.Kind})
 	if w.rng.Float64() < w.cfg.Faults.LedgerError {
-		r.Err = errLedger
+		r.Outcome, r.Detail = funding.Failed, errLedger.Error()
 		return r
 	}
 	return control.RunCall(ctx, w.store, c, w.now)

@@ -1,4 +1,10 @@
-package shard
+// Package message is the contract between the control plane and its
+// shards: the fixed-size messages each side pushes into the other's ring.
+// Both sides import it and nothing else of each other's, so the plane's
+// state machines (control/plane and its parts) never see a shard's
+// transport, parser or engine, and a shard never sees the plane's state.
+// It is the project's equivalent of raft's raftpb.
+package message
 
 import (
 	"github.com/tollgated/tollgated/core"
@@ -35,7 +41,7 @@ type Inbound struct {
 	Kind      InKind
 	Op        Op
 	From      uint16 // shard that forwarded the operation
-	Status    uint16 // InReply: HTTP status of the answer
+	Status    uint16 // InReply: the answer's outcome (ReplyUnknownReservation, or the owner's own)
 	Reason    core.DenyReason
 	Principal core.Principal
 	Digest    credential.Digest
@@ -97,4 +103,31 @@ type Outbound struct {
 	Seq       uint64
 	InFlight  uint32
 	Batch     *PostPaidBatch
+}
+
+// ReplyUnknownReservation is the InReply status (a shard's outcome code)
+// for a reservation no shard owns, for the control plane to answer a
+// forward it cannot route.
+const ReplyUnknownReservation uint16 = 2
+
+// MaxEventIDLen bounds a post-paid event's id as its reporter sent it.
+const MaxEventIDLen = 128
+
+// PostPaid is one reported event. ID is derived from the client's id, so
+// the same id reported twice is one event; EventID is the client's id as
+// sent, which the billed-event stream shows.
+type PostPaid struct {
+	ID         [16]byte
+	EventID    string
+	Account    core.AccountID
+	Units      core.CostUnits
+	OccurredAt int64
+}
+
+// PostPaidBatch travels shard → plane → shard. The plane fills the counts
+// (or Failed) before handing it back; the ring's ordering makes that safe.
+type PostPaidBatch struct {
+	Events                        []PostPaid
+	Accepted, Duplicate, Rejected int
+	Failed                        bool // not ingested: the events are durable and will be
 }
