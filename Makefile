@@ -38,14 +38,16 @@ fmt-check:
 # `make test` only replays their corpora. See docs/FUZZING.md.
 FUZZTIME  ?= 30s
 FUZZFLAGS ?=
-# sim runs SEEDS more seeded simulations of a node (control/sim) after
-# the ones make test runs, starting at SEED; a failure names its seed, and
-# `make sim SEED=<it> SEEDS=1` replays it exactly. STEPS=0 keeps the default.
+# sim runs SEEDS more seeded simulations of one node and SEEDS of a fleet
+# (internal/sim) after the ones make test runs, starting at SEED, in
+# parallel; a failure names its test and seed, and
+# `make sim SEED=<it> SEEDS=1` replays it exactly. STEPS=0 keeps the
+# default; CI runs a thousand seeds at STEPS=800.
 SEEDS ?= 50
 SEED  ?= 1000
 STEPS ?= 0
 sim:
-	$(GO) test -count=1 -timeout 60m -run '^TestSimulation$$' ./control/sim -sim.seed=$(SEED) -sim.seeds=$(SEEDS) -sim.steps=$(STEPS) -v
+	$(GO) test -count=1 -timeout 60m -run '^TestSimulation' ./internal/sim -sim.seed=$(SEED) -sim.seeds=$(SEEDS) -sim.steps=$(STEPS)
 
 # soak runs the real daemon through cycles of load and quiet and checks an
 # idle daemon's costs (bench/soak.sh; about 6 minutes: 3 cycles of 100 s, and the builds).

@@ -33,17 +33,19 @@ const hookQueue = 64
 // read and write the ledger, and a refresh publishes through the plane
 // (do), so they must never run on the plane's goroutine.
 type planeHooks struct {
-	p       *Plane
-	funding func(ids []core.AccountID)
-	keys    func(keys []plane.KeyUsed)
-	jobs    chan func()
-	quit    chan struct{}
-	done    chan struct{}
-	dropped atomic.Uint64 // key-use reports that found the queue full
+	p        *Plane
+	funding  func(ids []core.AccountID)
+	keys     func(keys []plane.KeyUsed)
+	announce func(plane.Announcement)
+	jobs     chan func()
+	quit     chan struct{}
+	done     chan struct{}
+	dropped  atomic.Uint64 // key-use reports and announcements that found the queue full
 }
 
-func newPlaneHooks(p *Plane, funding func([]core.AccountID), keys func([]plane.KeyUsed)) *planeHooks {
-	return &planeHooks{p: p, funding: funding, keys: keys, jobs: make(chan func(), hookQueue),
+func newPlaneHooks(p *Plane, funding func([]core.AccountID), keys func([]plane.KeyUsed),
+	announce func(plane.Announcement)) *planeHooks {
+	return &planeHooks{p: p, funding: funding, keys: keys, announce: announce, jobs: make(chan func(), hookQueue),
 		quit: make(chan struct{}), done: make(chan struct{})}
 }
 
@@ -88,6 +90,17 @@ func (h *planeHooks) KeysUsed(keys []plane.KeyUsed) {
 	}
 	select {
 	case h.jobs <- func() { h.keys(keys) }:
+	default:
+		h.dropped.Add(1)
+	}
+}
+
+func (h *planeHooks) Announce(a plane.Announcement) {
+	if h.announce == nil {
+		return
+	}
+	select {
+	case h.jobs <- func() { h.announce(a) }:
 	default:
 		h.dropped.Add(1)
 	}

@@ -79,6 +79,9 @@ type Config struct {
 	// Syncing, shared with the shards, is stored after every pass: whether
 	// records this plane appended are not yet durable (shard.SpoolSyncing).
 	Syncing *shard.SpoolSyncing
+	// Announce, if set, tells the other nodes of a fleet what this one
+	// asks of them or gave back (on the hooks' goroutine; best effort).
+	Announce func(a plane.Announcement)
 	// KeyUseFlush batches key-use reports for KeysUsed (5 s).
 	KeyUseFlush time.Duration
 	// Now reads the clock (tests inject one).
@@ -141,7 +144,7 @@ func New(cfg Config, links []Link) (*Plane, error) {
 	p := &Plane{cfg: cfg, links: links, m: m, cmds: make(chan func(), 1024), kick: make(chan struct{}, 1),
 		ended: make(chan struct{})}
 	p.worker = newLedgerWorker(cfg.Store, cfg.Lease.CallTimeout, p.post)
-	p.hooks = newPlaneHooks(p, cfg.FundingChanged, cfg.KeysUsed)
+	p.hooks = newPlaneHooks(p, cfg.FundingChanged, cfg.KeysUsed, cfg.Announce)
 	sh, err := NewShell(m, links, ShellIO{Spool: cfg.Spool, IsFull: cfg.IsFull, Ledger: planeLedger{p},
 		Hooks: p.hooks, Claims: cfg.Claims, Syncing: cfg.Syncing})
 	if err != nil {
@@ -483,15 +486,20 @@ func (p *Plane) MarkReady() error {
 // FundingChanged publishes new evidence for every account of evs, in one
 // command (a fleet refreshes whole subtrees at once); an account the
 // ledger had refused asks again if its evidence shows more money.
-func (p *Plane) FundingChanged(evs map[core.AccountID]core.FundingEvidence) {
+func (p *Plane) FundingChanged(evs map[core.AccountID]core.FundingEvidence, readAt int64) {
 	if len(evs) == 0 {
 		return
 	}
 	p.do(func(m *plane.Machine, now int64) {
 		for id, ev := range evs {
-			m.Evidence(id, ev, now)
+			m.Evidence(id, ev, readAt, now)
 		}
 	})
+}
+
+// Heard is an announcement from another node of the fleet.
+func (p *Plane) Heard(a plane.Announcement) {
+	p.do(func(m *plane.Machine, now int64) { m.Heard(a, now) })
 }
 
 // HandBackLeases retires every node lease, for shutdown (after the shards

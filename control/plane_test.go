@@ -296,7 +296,7 @@ func TestAStoppedPlaneTurnsPublishersAway(t *testing.T) {
 	<-ran
 	done := make(chan error, 1)
 	go func() {
-		p.FundingChanged(map[core.AccountID]core.FundingEvidence{"acme": {Remaining: 1}})
+		p.FundingChanged(map[core.AccountID]core.FundingEvidence{"acme": {Remaining: 1}}, 0)
 		p.do(func(*plane.Machine, int64) { t.Error("a stopped plane ran a command") })
 		for range 2000 { // more than the command queue holds
 			p.post(func() {})

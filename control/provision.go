@@ -67,9 +67,10 @@ type Target interface {
 	RevokeKey(d credential.Digest) error
 	BindPlatformToken(d credential.Digest) error
 	RevokePlatformToken(d credential.Digest) error
-	// FundingChanged publishes the evidence of every account of evs, in
-	// one step of the plane.
-	FundingChanged(evs map[core.AccountID]core.FundingEvidence)
+	// FundingChanged publishes the evidence of every account of evs, read
+	// from the ledger by a read that began at readAt, in one step of the
+	// plane.
+	FundingChanged(evs map[core.AccountID]core.FundingEvidence, readAt int64)
 }
 
 // NewProvisioner returns a provisioner publishing store's state to p.
@@ -163,6 +164,7 @@ func rank(s core.Status) int {
 // it, in one plane command; accounts the ledger had refused funding may ask
 // again if it shows more money.
 func (v *Provisioner) refreshEvidence(ctx context.Context, ids []core.AccountID) error {
+	readAt := v.Now()
 	evs := make(map[core.AccountID]ledger.Evidence, len(ids))
 	for _, id := range ids {
 		ev, err := v.store.Evidence(ctx, id)
@@ -171,7 +173,7 @@ func (v *Provisioner) refreshEvidence(ctx context.Context, ids []core.AccountID)
 		}
 		evs[id] = ev
 	}
-	v.plane.FundingChanged(evs)
+	v.plane.FundingChanged(evs, readAt)
 	return nil
 }
 
@@ -194,11 +196,12 @@ func (v *Provisioner) refreshBelow(ctx context.Context, roots []core.AccountID) 
 	}
 	for len(roots) > 0 {
 		n := min(len(roots), rootsPerRead)
+		readAt := v.Now()
 		evs, err := s.EvidenceBelow(ctx, roots[:n])
 		if err != nil {
 			return err
 		}
-		v.plane.FundingChanged(evs)
+		v.plane.FundingChanged(evs, readAt)
 		roots = roots[n:]
 	}
 	return nil

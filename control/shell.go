@@ -94,7 +94,13 @@ type Hooks interface {
 	// KeysUsed records keys' last use: best effort, coarse (a report that
 	// finds no room may be dropped; the next one says the same).
 	KeysUsed(keys []plane.KeyUsed)
+	// Announce tells the other nodes of a fleet a (best effort: a lost
+	// announcement delays funding until a client asks again).
+	Announce(a plane.Announcement)
 }
+
+// Heard is an announcement from another node of the fleet, at now.
+func (s *Shell) Heard(a plane.Announcement, now int64) { s.m.Heard(a, now) }
 
 // NewShell joins machine m to its shards' links through io.
 func NewShell(m *plane.Machine, links []Link, io ShellIO) (*Shell, error) {
@@ -218,6 +224,10 @@ func (s *Shell) execute(now int64) int {
 		case plane.EffectKeysUsed:
 			if s.io.Hooks != nil {
 				s.io.Hooks.KeysUsed(e.Keys)
+			}
+		case plane.EffectAnnounce:
+			if s.io.Hooks != nil {
+				s.io.Hooks.Announce(e.Announce)
 			}
 		default:
 			invariant.Violated(invariant.UnknownKind, fmt.Sprintf("an effect of kind %d", e.Kind))

@@ -48,7 +48,11 @@ func Capacity(chain []*Account) (limit core.CostUnits, at int, err error) {
 // want, but only half of what is left once the balance is near exhaustion
 // (limit < 2*want), so several holders can still be funded; at least 1
 // unit; never more than limit; and need (the largest quote a holder could
-// not fund) whenever limit can cover it. Zero when limit is zero.
+// not fund) whenever limit can cover it — all of limit when it cannot:
+// halves of a remainder smaller than the quotes waiting for it would split
+// it into pieces no request fits, holder after holder, so the last units
+// go whole to one holder (and from it to another that asks, docs/FLEET.md).
+// Zero when limit is zero.
 func GrantSize(limit, want, need core.CostUnits) core.CostUnits {
 	if limit == 0 {
 		return 0
@@ -57,8 +61,8 @@ func GrantSize(limit, want, need core.CostUnits) core.CostUnits {
 	if twice, err := want.Mul(2); err != nil || limit < twice {
 		g = min(max(limit/2, 1), limit)
 	}
-	if need > g && need <= limit {
-		g = need
+	if need > g {
+		g = min(need, limit)
 	}
 	return g
 }

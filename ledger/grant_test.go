@@ -15,7 +15,7 @@ func TestGrantSize(t *testing.T) {
 		{200, 100, 0, 100},   // exactly 2*want: still want
 		{199, 100, 0, 99},    // near exhaustion: half of what is left
 		{150, 100, 120, 120}, // need fits: need
-		{150, 100, 151, 75},  // need does not fit: the halved grant
+		{150, 100, 151, 150}, // need does not fit: all that is left, in one piece
 		{150, 100, 150, 150}, // need is all that is left
 		{1, 100, 0, 1},       // at least one unit
 		{3, 2, 0, 1},

@@ -97,9 +97,10 @@ func (s *Shard) apply(m *message.Inbound, now int64) {
 	case message.InReclaimLease:
 		// After the waiters run (applyReclaims): a grant that came in
 		// the same batch funds the request that waited for it first.
+		// Retires wait the same way.
 		s.reclaims = append(s.reclaims, *m)
 	case message.InRetireLease:
-		s.retireLease(m.Account, m.Token)
+		s.reclaims = append(s.reclaims, *m) // after the waiters, as a reclaim
 	case message.InFundingNews:
 		// The plane lowered the account's evidence, which shards read
 		// without a message: this one wakes the loop for the waiters.
@@ -183,7 +184,12 @@ const starveReportEvery = 25e6
 // applyReclaims hands back what the reclaims of this Poll ask for.
 func (s *Shard) applyReclaims() {
 	for i := range s.reclaims {
-		s.reclaimLease(s.reclaims[i].Account, s.reclaims[i].Token)
+		m := &s.reclaims[i]
+		if m.Kind == message.InRetireLease {
+			s.retireLease(m.Account, m.Token)
+		} else {
+			s.reclaimLease(m.Account, m.Token)
+		}
 		s.reclaims[i] = message.Inbound{}
 	}
 	s.reclaims = s.reclaims[:0]

@@ -59,6 +59,7 @@ type daemon struct {
 	// follower and its refreshes.
 	follower   *fleet.Follower
 	funds      *fleet.Funds
+	announce   *fleet.Announcements // nil on the embedded ledger
 	followFrom uint64
 	changeLag  prometheus.Histogram
 	refreshes  *prometheus.CounterVec // funds refreshes by kind and result
@@ -167,6 +168,7 @@ func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err 
 					p.KeysUsed(keys)
 				}
 			},
+			Announce: d.announcer(holder),
 		},
 		Durable: cfg.ack == "durable", FundingWait: fundingWait(cfg.fundingWait),
 		DrainUsage: d.drainUsage, Log: log, Storage: d.storage, AuthzKeyHeader: cfg.authz.keyHeader,
@@ -176,6 +178,9 @@ func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err 
 	}
 	d.plane.Store(d.node.Plane())
 	d.exporter.Floor = d.node.Plane().Floor
+	if d.announce != nil {
+		d.announce.Plane = d.node.Plane()
+	}
 	d.prov = control.NewProvisioner(d.node.Plane(), d.store)
 	d.prov.Grace = cfg.leaseGrace
 	d.prov.EventRetention = cfg.retention

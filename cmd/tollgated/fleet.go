@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tollgated/tollgated/control/plane"
 	"github.com/tollgated/tollgated/fleet"
 	"github.com/tollgated/tollgated/ledger/pgstore"
 )
@@ -57,6 +58,23 @@ func (d *daemon) prepareFollower(ctx context.Context) error {
 	return nil
 }
 
+// announcer is what the plane announces to the other nodes of a fleet
+// through, on PostgreSQL (nil on the embedded ledger: one node, no one to
+// tell). Each announcement is bounded by a second: it is a hint.
+func (d *daemon) announcer(holder string) func(plane.Announcement) {
+	pg, ok := d.store.(*pgstore.Store)
+	if !ok {
+		return nil
+	}
+	d.announce = &fleet.Announcements{Source: pg, Holder: holder,
+		OnError: func(err error) { d.log.Warn().Err(err).Msg("an announcement to the fleet could not be sent") }}
+	return func(a plane.Announcement) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		d.announce.Send(ctx, a)
+	}
+}
+
 // follow runs the follower of the change log and of the funds
 // announcements until stop closes, and returns a function that
 // waits for it to end.
@@ -69,6 +87,9 @@ func (d *daemon) follow(stop <-chan struct{}) (wait func()) {
 	var running sync.WaitGroup
 	running.Go(func() { d.follower.Run(ctx, d.followFrom) })
 	running.Go(func() { d.funds.Run(ctx) })
+	if d.announce != nil {
+		running.Go(func() { d.announce.Run(ctx) })
+	}
 	go func() {
 		defer close(done)
 		running.Wait()

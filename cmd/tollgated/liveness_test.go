@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tollgated/tollgated/internal/pgtest"
 )
 
 // Money that exists is spendable (docs/INVARIANTS.md, funding liveness):
@@ -170,4 +172,144 @@ func TestADrainedAccountSpendsItsLastUnits(t *testing.T) {
 			round, drained, admitted, last.code, last.remaining, last.took.Round(time.Microsecond))
 	}
 	p.stop()
+}
+
+// TestAFleetSpendsItsLastUnitsOnEveryNode is the fleet reproduction: three
+// nodes on one PostgreSQL ledger, an account of 1,000 units and 7-unit
+// checks, so the last units end up split over the nodes' leases. After a
+// drain from every node, each node answers a check 200 or 402 — never 503
+// lease-* as a steady state — until the fleet has spent all it can (less
+// than one check's price left); twenty times over, with a deposit between
+// rounds. Before recalls, the last 13 units sat split 5/5/3 over three
+// leases and every node answered 503 for about half a minute.
+func TestAFleetSpendsItsLastUnitsOnEveryNode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real processes")
+	}
+	url := pgtest.Database(t)
+	var nodes []*proc
+	for i := range 3 {
+		nodes = append(nodes, startProc(t, t.TempDir(), fleetFlags(url, i)...))
+	}
+	key := nodes[0].provision("odd", 1000, 7)
+	for _, n := range nodes[1:] {
+		waitKnown(t, n, key)
+	}
+	tok, _ := nodes[0].adminCall("POST", "/v1/platform-tokens", nil, http.StatusCreated)["token"].(string)
+	deposited := uint64(1000)
+	var spent uint64
+	const rounds = 20
+	for round := range rounds {
+		if round > 0 {
+			nodes[round%3].adminCall("POST", "/v1/accounts/odd/deposits", map[string]any{"units": 1000,
+				"idempotency_key": fmt.Sprintf("round-%d", round)}, http.StatusCreated)
+			deposited += 1000
+			// A deposit reaches the other nodes' evidence within the
+			// fleet's propagation bound (invariant 57): until then a node
+			// may still refuse 402 on what it last heard.
+			for _, n := range nodes {
+				for deadline := time.Now().Add(5 * time.Second); !strings.Contains(n.admission(tok, "odd"), `"admit"`); time.Sleep(5 * time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatalf("round %d: the deposit never reached %s", round, n.listen)
+					}
+				}
+			}
+		}
+		var wg sync.WaitGroup
+		admitted := make([]int, len(nodes))
+		runs := make([]time.Duration, len(nodes))
+		for i, n := range nodes {
+			wg.Go(func() { admitted[i], runs[i] = spendOddChecks(t, n.listen, key, 2) })
+		}
+		wg.Wait()
+		if t.Failed() {
+			t.FailNow()
+		}
+		for _, a := range admitted {
+			spent += uint64(a) * 7
+		}
+		if left := deposited - spent; left >= 7 {
+			t.Logf("the account: %v", nodes[0].adminCall("GET", "/v1/accounts/odd", nil, http.StatusOK))
+			t.Fatalf("round %d: every node refused 402 with %d units left of %d deposited (admitted %v)", round, left, deposited, admitted)
+		}
+		t.Logf("round %d: admitted %v checks of 7 units; %d of %d units left; longest run of 503s per node %v",
+			round, admitted, deposited-spent, deposited, runs)
+	}
+}
+
+// waitKnown waits until node n knows key (a provisioning change reaches
+// the other nodes of a fleet within the propagation bound).
+func waitKnown(t *testing.T, n *proc, key string) {
+	t.Helper()
+	p := newPriced(n.listen, key, 0)
+	p.body = `{"permission":"chat","workload":[{"op":"requests","count":0}]}`
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		a, err := p.check()
+		if err == nil && a.status != http.StatusUnauthorized {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never knew the key: %+v %v", n.listen, a, err)
+		}
+	}
+}
+
+// fleetRecovery bounds how long a fleet node may answer a payable check
+// 503 lease-* while the units it needs come back from other nodes'
+// leases, a client retrying at once (docs/FLEET.md, "The last units").
+const fleetRecovery = 2 * time.Second
+
+// spendOddChecks sends 7-unit checks from conns connections to addr until
+// every connection is refused 402, and returns how many were admitted and
+// the longest run of 503s a connection went through. A 503 lease-* is
+// retried at once; a run of them longer than fleetRecovery, or any other
+// answer than 200, 402 and 503 lease-*, fails t.
+func spendOddChecks(t *testing.T, addr, key string, conns int) (int, time.Duration) {
+	var mu sync.Mutex
+	admitted, longest := 0, time.Duration(0)
+	var wg sync.WaitGroup
+	for range conns {
+		wg.Go(func() {
+			p := newPriced(addr, key, 0)
+			p.body = `{"permission":"chat","workload":[{"op":"requests","count":1}]}`
+			var since time.Time // the first 503 of the current run (zero: none)
+			for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); {
+				a, err := p.check()
+				if err != nil {
+					t.Errorf("%s: %v", addr, err)
+					return
+				}
+				if a.status == http.StatusServiceUnavailable && strings.HasPrefix(a.code, "lease-") {
+					if since.IsZero() {
+						since = time.Now().Add(-a.took)
+					}
+					if run := time.Since(since); run > fleetRecovery {
+						t.Errorf("%s: 7-unit checks answered 503 %s for %v: money that exists must be spendable or refused 402", addr, a.code, run)
+						return
+					}
+					continue
+				}
+				if !since.IsZero() {
+					mu.Lock()
+					longest = max(longest, time.Since(since))
+					mu.Unlock()
+					since = time.Time{}
+				}
+				switch a.status {
+				case http.StatusOK:
+					mu.Lock()
+					admitted++
+					mu.Unlock()
+				case http.StatusPaymentRequired:
+					return
+				default:
+					t.Errorf("%s: a 7-unit check answered %d %s in %v", addr, a.status, a.code, a.took)
+					return
+				}
+			}
+			t.Errorf("%s: never refused 402", addr)
+		})
+	}
+	wg.Wait()
+	return admitted, longest
 }

@@ -28,6 +28,7 @@ package funding
 import (
 	"container/heap"
 	"math/bits"
+	"slices"
 
 	"github.com/tollgated/tollgated/control/message"
 	"github.com/tollgated/tollgated/core"
@@ -60,6 +61,13 @@ type Config struct {
 	// Reclaim bounds how often the slices of one lease are asked back
 	// from the shards to fund a starving one (10 ms).
 	Reclaim int64
+	// Recall bounds how often this node asks the other nodes of a fleet
+	// for an account's units (10 ms).
+	Recall int64
+	// Wait is how long a shard holds a request waiting for funding (the
+	// shards' funding wait, 200 ms): a want held back by Recall is sent
+	// later only while a request may still wait for it.
+	Wait int64
 	// SiblingIdle: when an account's scope is exhausted while units of it
 	// sit in the leases of sibling accounts on this node, a sibling's
 	// lease not drawn on for this long is handed back for it (1 s).
@@ -99,6 +107,8 @@ func (c *Config) setDefaults() {
 	def(&c.Retry, 1e9)
 	def(&c.Reclaim, 10e6)
 	def(&c.SiblingIdle, 1e9)
+	def(&c.Recall, 10e6)
+	def(&c.Wait, 200e6)
 	if c.MaxCalls <= 0 {
 		c.MaxCalls = 256
 	}
@@ -119,6 +129,12 @@ type Out interface {
 	Call(c Call)
 	// Publish stores new funding evidence for account where shards read it.
 	Publish(account core.AccountID, ev core.FundingEvidence)
+	// Want asks the other nodes of a fleet to hand back what they hold
+	// of account; Returned tells them this node released units of it.
+	// Both are hints: one that is lost delays funding, and a client's
+	// retry asks again.
+	Want(account core.AccountID, holding core.CostUnits)
+	Returned(account core.AccountID)
 }
 
 // CallKind names a ledger call.
@@ -204,6 +220,7 @@ type Stats struct {
 	Acquired, Extended, Released, Refused, Errors uint64
 	HandedBack, SiblingsHandedBack, Rotated       uint64
 	Grants, Reclaims                              uint64
+	Wanted, Recalled                              uint64 // recalls asked of other nodes, and answered
 }
 
 // Machine is the funding state machine. It is not safe for concurrent use.
@@ -224,6 +241,12 @@ type Machine struct {
 	// stuck is serve's scratch: the shards whose need the node cannot
 	// fund from what it holds.
 	stuck []int
+	// unreleased are accounts with a release that failed and waits for
+	// its back-off: the first answer the ledger gives again (ledgerBack)
+	// releases them at once — a lease a live node held through an
+	// outage is forfeited meanwhile, and its release, which restores it,
+	// should not wait half a minute more. Bounded by the accounts.
+	unreleased []*account
 	// recalling are retired leases whose slices are not all back, by the
 	// order they were retired in (retired counts retirements): see Recalled.
 	recalling map[*lease]uint64
@@ -248,9 +271,15 @@ type account struct {
 	shards    []slice
 	calling   bool           // an acquire or extend is in flight or waiting
 	need      core.CostUnits // largest quote refused and not yet funded
-	// starved: a shard's need went unfunded and it stopped waiting here
-	// (serve); news of more money (unblock) asks the ledger again for it.
-	starved bool
+	// recalledAt is when this node last handed the account's lease back
+	// for another node (Recall), wantedAt when it last asked other nodes
+	// for theirs: each at most once per Config.Recall.
+	recalledAt, wantedAt int64
+	wantAt               int64 // a want held back by Recall is due then (0: none)
+	// yieldUntil: this node handed the lease back for another node that
+	// asked; it asks the ledger for itself again only then, so the asker,
+	// which hears of the release a little later, is not beaten to it.
+	yieldUntil int64
 	// verified: the ledger answered a call of this node's since the
 	// evidence it holds came from elsewhere (Evidence): that evidence is
 	// as exact as this node can know it.
@@ -264,11 +293,20 @@ type account struct {
 	rate      core.CostUnits // units per second, measured between calls
 	reclaimAt int64
 	gatherAt  int64 // a gather held back by Reclaim is due then (0: none)
+	// gathered is what the shards returned since the last reclaim: a
+	// gather that brought nothing is not tried again for the same need.
+	gathered   core.CostUnits
+	reclaimOut core.CostUnits // the lease's out when it was asked
 	// ev is the ledger's latest evidence, as of spent == evSpent;
 	// published is the Remaining the shards read now (lowered by
 	// publishLocal as this node spends).
-	ev        core.FundingEvidence
-	hasEv     bool
+	ev    core.FundingEvidence
+	hasEv bool
+	evAt  int64 // when the ledger read behind ev began
+	// estimate is what this node knew was left of the account when it
+	// last heard from the ledger (as of spent == evSpent): the ledger's
+	// Remaining, less this node's spending it had not yet been told of.
+	estimate  core.CostUnits
 	evSpent   core.CostUnits
 	published core.CostUnits
 	timerAt   int64 // the live timer entry's time; 0: none
@@ -283,6 +321,12 @@ type lease struct {
 	spent                  core.CostUnits
 	expires, renewedAt     int64
 	short, retiring, asked bool
+	// extending: an Extend of it is out. It is released only once the
+	// answer is in: the ledger may grant more, and a release claiming
+	// fewer unspent units than it holds would lose the rest.
+	extending bool
+	// retryAt and backoff: a failed release is asked again then.
+	retryAt, backoff int64
 }
 
 // slice is the machine's view of one shard's slice of an account.
@@ -292,6 +336,10 @@ type slice struct {
 	lastGrant int64
 	wants     bool
 	needed    core.CostUnits
+	// starved: its need went unfunded and it stopped waiting here
+	// (stopWaiting); the next grant the ledger makes (revive) or news of
+	// money (unblock) funds it again.
+	starved bool
 }
 
 // New returns a machine that acts through out.
@@ -371,6 +419,10 @@ func (m *Machine) Return(from int, id core.AccountID, token uint64, units core.C
 	l.out -= units
 	l.outBy[from] -= units
 	l.pool += units
+	a.gathered += units
+	if sl := &a.shards[from]; sl.wants && sl.needed > 0 {
+		sl.needed += units // its need was net of what it returned
+	}
 	if l.retiring {
 		m.quiesced(a, l)
 		return
@@ -430,6 +482,10 @@ func (m *Machine) Settle(from int, d Draw, units core.CostUnits, now int64) {
 	a.lastDraw = now
 	if l.retiring {
 		m.quiesced(a, l)
+	} else if l.short && m.publishLocal(a) {
+		// Near exhaustion every unit spent is news to the requests
+		// waiting here: what is left may no longer cover them (402).
+		m.wakeStarving(a)
 	}
 }
 
@@ -438,9 +494,17 @@ func (m *Machine) Settle(from int, d Draw, units core.CostUnits, now int64) {
 // published, a refused account may ask again, and a lease holding more
 // than the ledger says the account can spend — a debt appeared — is handed
 // back, so its units repay the debt instead of being spent.
-func (m *Machine) Evidence(id core.AccountID, ev core.FundingEvidence, now int64) {
+//
+// readAt is when the ledger read began: evidence read before what the
+// machine holds was read is stale (a refresh that started before a
+// deposit and ended after it) and is ignored — published, it would refuse
+// 402 a request the deposit pays for.
+func (m *Machine) Evidence(id core.AccountID, ev core.FundingEvidence, readAt, now int64) {
+	if len(m.unreleased) > 0 {
+		m.ledgerBack(now) // the ledger answered the refresh
+	}
 	a := m.accounts[id]
-	if a == nil {
+	if a == nil || readAt < a.evAt {
 		return
 	}
 	// Only more money, or another scope or period, is news that may let a
@@ -450,10 +514,28 @@ func (m *Machine) Evidence(id core.AccountID, ev core.FundingEvidence, now int64
 	// exhausted account.
 	news := !a.hasEv || ev.Remaining > a.ev.Remaining || ev.Scope != a.ev.Scope ||
 		ev.PeriodEnd != a.ev.PeriodEnd || ev.Period != a.ev.Period
-	m.publish(a, ev)
-	a.verified = false
+	local := ev.Remaining
+	if !news {
+		// No more money: it can only tell of less. This node's own view
+		// (local) knows its own spending, which the ledger counts only
+		// once it is exported; both are upper bounds, and the lower is
+		// kept.
+		local = min(local, m.local(a))
+	}
+	lower := a.hasEv && local < a.published
+	m.publish(a, ev, local, readAt)
+	if news {
+		// More money, as the ledger counts it: it may count this node's
+		// spending as still unspent.
+		a.verified = false
+	}
 	if news {
 		a.retryAt, a.backoff = 0, 0
+		m.revive(a)
+	} else if lower {
+		// Less is left than the waiting requests were told: the ones it
+		// no longer covers are refused 402 now, not at their deadline.
+		m.wakeStarving(a)
 	}
 	if l := a.cur; l != nil && ev.Remaining < l.pool+l.out {
 		m.handBack(a, l, now)
@@ -560,7 +642,7 @@ func (m *Machine) due(a *account, now int64) {
 		switch {
 		case l.out > 0:
 			m.askBack(a, l) // a shard could not retire it at once: ask again
-		case !l.asked:
+		case !l.asked && now >= l.retryAt:
 			m.quiesced(a, l) // its release failed: again
 		}
 	}
@@ -574,6 +656,16 @@ func (m *Machine) due(a *account, now int64) {
 	if a.gatherAt != 0 && now >= a.gatherAt {
 		a.gatherAt = 0
 		m.serve(a, now)
+	}
+	if a.yieldUntil != 0 && now >= a.yieldUntil {
+		a.yieldUntil = 0
+		m.unblock(a, now)
+	}
+	if a.wantAt != 0 && now >= a.wantAt {
+		a.wantAt = 0
+		if a.starving() {
+			m.want(a, now)
+		}
 	}
 	if a.wanting() {
 		m.ensureCall(a, now)
@@ -596,11 +688,27 @@ func (m *Machine) arm(a *account, now int64) {
 	if a.wanting() && a.retryAt > now && (at == 0 || a.retryAt < at) {
 		at = a.retryAt
 	}
-	if len(a.retiring) > 0 && (at == 0 || now+m.cfg.Retry < at) {
-		at = now + m.cfg.Retry
+	if len(a.retiring) > 0 {
+		// A re-ask of slices not all back, or of a release that failed:
+		// after Retry, or its release's back-off.
+		next := now + m.cfg.Retry
+		for _, l := range a.retiring {
+			if l.retryAt > now {
+				next = max(next, l.retryAt)
+			}
+		}
+		if at == 0 || next < at {
+			at = next
+		}
 	}
 	if a.gatherAt != 0 && (at == 0 || a.gatherAt < at) {
 		at = a.gatherAt
+	}
+	if a.wantAt != 0 && (at == 0 || a.wantAt < at) {
+		at = a.wantAt
+	}
+	if a.yieldUntil != 0 && (at == 0 || a.yieldUntil < at) {
+		at = a.yieldUntil
 	}
 	if at == 0 || at == a.timerAt {
 		return
@@ -656,62 +764,101 @@ func (m *Machine) serve(a *account, now int64) {
 			m.ensureCall(a, now)
 			if now < a.retryAt { // no lease, and the ledger refused lately
 				m.stuck = m.stuck[:0]
+				var need core.CostUnits
 				for i := range a.shards {
-					if a.shards[i].wants {
+					if sl := &a.shards[i]; sl.wants {
 						m.stuck = append(m.stuck, i)
+						need = max(need, m.realNeed(a, sl))
 					}
 				}
-				m.cannotFund(a, a.need, now)
+				m.cannotFund(a, need, now)
 			}
 		}
 		m.arm(a, now)
 		return
 	}
-	dry := l.short || now < a.retryAt
-	gather := false
-	m.stuck = m.stuck[:0]
-	var need core.CostUnits // the largest need of a stuck shard
+	if l.short || now < a.retryAt {
+		m.serveDry(a, l, now)
+		m.arm(a, now)
+		return
+	}
+	starving := false
 	for i := range a.shards {
 		sl := &a.shards[i]
 		if !sl.wants {
 			continue
 		}
-		if a.hasEv && sl.needed > a.published {
-			// A need the evidence rules out is no need: the request
-			// behind it was refused 402 when the evidence was lowered, and
-			// the shard's word on its need lags until its next grant.
-			sl.needed = a.published
-		}
+		sl.needed = m.realNeed(a, sl)
 		size := m.nextSize(sl, now)
 		units := m.sliceOf(a, l, sl, size)
 		if units == 0 || units < sl.needed {
-			elsewhere := l.out - l.outBy[i]
-			if dry && elsewhere > 0 && l.pool+elsewhere >= max(sl.needed, 1) {
-				gather = true // the node holds enough: gather it, then grant
-				continue
-			}
-			m.stuck, need = append(m.stuck, i), max(need, sl.needed)
-			if units == 0 || !dry {
-				continue // the ledger may have more, or there is nothing to give
-			}
+			starving = true // the ledger may have more: ask it
+			continue
 		}
 		m.grant(a, l, i, units, size, now)
 	}
 	if !a.wanting() {
 		a.need = 0
 	}
-	low := l.pool < max(a.need, l.granted/4) && !l.short
-	stuck := len(m.stuck) > 0
-	if stuck || gather || low {
+	if starving || l.pool < max(a.need, l.granted/4) {
 		m.ensureCall(a, now)
 	}
-	if gather {
-		m.reclaimSlices(a, l, now)
-	}
-	if stuck && dry {
-		m.cannotFund(a, need, now)
-	}
 	m.arm(a, now)
+}
+
+// serveDry serves the shards that want funding while the ledger has no
+// more for this node: what the node holds is all there is. Shards whose
+// need the pool covers are granted; of the others, the one with the
+// smallest need is the target: the other shards' slices are asked back
+// (gathered) for it while the pool and those slices cover its need, and
+// nothing goes to the rest meanwhile — partial slices would keep each of
+// them short. If nothing the node holds can cover it, the pool goes to it
+// as it is (smaller requests there may fit), and the shards left wanting
+// stop waiting here (cannotFund).
+func (m *Machine) serveDry(a *account, l *lease, now int64) {
+	target, need := -1, core.CostUnits(0)
+	for i := range a.shards {
+		sl := &a.shards[i]
+		if !sl.wants {
+			continue
+		}
+		sl.needed = m.realNeed(a, sl)
+		size := m.nextSize(sl, now)
+		if units := m.sliceOf(a, l, sl, size); units > 0 && units >= sl.needed {
+			m.grant(a, l, i, units, size, now)
+			continue
+		}
+		if target < 0 || sl.needed < a.shards[target].needed {
+			target = i
+		}
+		need = max(need, sl.needed)
+	}
+	if !a.wanting() {
+		a.need = 0
+	}
+	if target < 0 {
+		return
+	}
+	// A gather whose answers are all in and brought nothing found the
+	// units in reservations, not in slices: it is not asked again until
+	// something moves (a return, a grant, a settlement).
+	fruitless := a.reclaimAt != 0 && now-a.reclaimAt >= m.cfg.Reclaim && a.gathered == 0 && l.out == a.reclaimOut
+	elsewhere := l.out - l.outBy[target]
+	if tn := max(a.shards[target].needed, 1); !fruitless && elsewhere > 0 && l.pool+elsewhere >= tn {
+		m.reclaimSlices(a, l, target, now)
+		return
+	}
+	m.stuck = m.stuck[:0]
+	for i := range a.shards {
+		if a.shards[i].wants {
+			m.stuck = append(m.stuck, i)
+		}
+	}
+	if sl := &a.shards[target]; l.pool > 0 {
+		m.grant(a, l, target, l.pool, m.nextSize(sl, now), now)
+	}
+	m.ensureCall(a, now)
+	m.cannotFund(a, need, now)
 }
 
 // cannotFund follows a serve that left shards needing more than this node
@@ -729,7 +876,68 @@ func (m *Machine) cannotFund(a *account, need core.CostUnits, now int64) {
 		m.callLedger(a, now)
 		return
 	}
+	if a.hasEv && need > 0 && need <= a.published {
+		// The ledger has just said the units exist, and it has none to
+		// grant: other nodes hold them in their leases. Ask them to
+		// hand them back; their release's announcement (Returned) asks
+		// the ledger again for the shards that stop waiting here.
+		m.want(a, now)
+	}
 	m.stopWaiting(a)
+}
+
+// want asks the other nodes for a's units, at most once per Recall; one
+// held back is sent when Recall has passed, as long as a request may still
+// be waiting here (Config.Wait since the last refill asked).
+func (m *Machine) want(a *account, now int64) {
+	if now-a.wantedAt < m.cfg.Recall && a.wantedAt != 0 {
+		if now-a.lastDraw < m.cfg.Wait {
+			a.wantAt = a.wantedAt + m.cfg.Recall
+		}
+		return
+	}
+	a.wantedAt, a.wantAt = now, 0
+	m.stats.Wanted++
+	m.out.Want(a.id, a.holding())
+}
+
+// Recall is node from, which holds holding units of id, asking for the
+// units this node holds of it: the ledger refused it while they sit in
+// this node's lease. The lease is handed back (at most once per
+// Config.Recall per account) and the shards that want funding here take a
+// new one, sized by what is left — unless this node is starving for the
+// account too and holds more (ties go to the smaller holder name): then it
+// keeps them and the asker, hearing its own want, hands its units back to
+// it. So when several nodes starve for the last units, they converge on
+// one of them instead of trading halves.
+func (m *Machine) Recall(id core.AccountID, from string, holding core.CostUnits, now int64) {
+	a := m.accounts[id]
+	if a == nil || a.cur == nil {
+		return
+	}
+	a.recalledAt, a.yieldUntil = now, now+m.cfg.Recall
+	m.stats.Recalled++
+	m.handBack(a, a.cur, now)
+	m.arm(a, now)
+}
+
+// Returned is another node saying it released units of id to the ledger:
+// shards that stopped waiting for funding here may be funded now.
+func (m *Machine) Returned(id core.AccountID, now int64) {
+	if a := m.accounts[id]; a != nil {
+		m.unblock(a, now)
+	}
+}
+
+// realNeed is sl's need as the evidence allows it: a need the evidence
+// rules out is no need — the request behind it was refused 402 when the
+// evidence was lowered, and the shard's word on its need lags until its
+// next grant.
+func (m *Machine) realNeed(a *account, sl *slice) core.CostUnits {
+	if a.hasEv && sl.needed > a.published {
+		return a.published
+	}
+	return sl.needed
 }
 
 // grant sends shard i a slice of units of l (of size, for its next size).
@@ -746,7 +954,7 @@ func (m *Machine) grant(a *account, l *lease, i int, units, size core.CostUnits,
 	l.pool -= units
 	l.out += units
 	l.outBy[i] += units
-	a.starved = false
+	sl.starved = false
 	m.stats.Grants++
 }
 
@@ -755,23 +963,67 @@ func (m *Machine) grant(a *account, l *lease, i int, units, size core.CostUnits,
 // (publishLocal), and those it does not cover are refused 402; the others
 // ask again. The next news of money (unblock) asks the ledger for them.
 func (m *Machine) stopWaiting(a *account) {
-	m.publishLocal(a)
+	lowered := m.publishLocal(a)
 	for _, i := range m.stuck {
 		if sl := &a.shards[i]; sl.wants {
-			sl.wants, sl.needed = false, 0
-			a.starved = true
-			// Evidence is read without a message: this one wakes the
-			// shard's loop to run its waiting requests again.
+			sl.wants, sl.starved = false, true
+			if lowered {
+				// Evidence is read without a message: this one wakes the
+				// shard's loop to run its waiting requests again. (Only
+				// news: a wake-up that changes nothing would send them
+				// straight back here.)
+				m.out.Send(i, message.Inbound{Kind: message.InFundingNews, Account: a.id})
+			}
+		}
+	}
+}
+
+// wakeStarving sends the shards that stopped waiting for a's funding a
+// message that runs their waiting requests again (evidence is read
+// without one).
+func (m *Machine) wakeStarving(a *account) {
+	for i := range a.shards {
+		if sl := &a.shards[i]; sl.starved || sl.wants {
 			m.out.Send(i, message.Inbound{Kind: message.InFundingNews, Account: a.id})
 		}
 	}
 }
 
-// publish records the ledger's evidence ev (as of what this node has
-// spent now) and hands it to the shards.
-func (m *Machine) publish(a *account, ev core.FundingEvidence) {
-	a.ev, a.hasEv, a.evSpent, a.published = ev, true, a.spent, ev.Remaining
+// revive makes the shards that stopped waiting want again, with the need
+// they had: the ledger has granted (or money has arrived) since.
+func (m *Machine) revive(a *account) {
+	for i := range a.shards {
+		if sl := &a.shards[i]; sl.starved {
+			sl.wants, sl.starved = true, false
+			a.need = max(a.need, sl.needed)
+		}
+	}
+}
+
+// starving reports whether a shard of a stopped waiting for funding.
+func (a *account) starving() bool {
+	for i := range a.shards {
+		if a.shards[i].starved {
+			return true
+		}
+	}
+	return false
+}
+
+// publish records the ledger's evidence ev, read at readAt, and this
+// node's estimate of what is left, local (as of what it has spent now),
+// and hands the estimate to the shards.
+func (m *Machine) publish(a *account, ev core.FundingEvidence, local core.CostUnits, readAt int64) {
+	a.ev, a.hasEv, a.evSpent, a.evAt = ev, true, a.spent, readAt
+	a.estimate, a.published = local, local
+	ev.Remaining = local
 	m.out.Publish(a.id, ev)
+}
+
+// local is what this node knows is left of a: its estimate when it last
+// heard from the ledger, less what it has spent since.
+func (m *Machine) local(a *account) core.CostUnits {
+	return a.estimate - min(a.estimate, a.spent-a.evSpent)
 }
 
 // publishLocal lowers the evidence the shards read by what this node has
@@ -779,16 +1031,19 @@ func (m *Machine) publish(a *account, ev core.FundingEvidence) {
 // units as still out in a lease. It stays an upper bound on what the
 // account can spend (other nodes may have spent too), so it never refuses
 // a fundable quote; on one node it is exact.
-func (m *Machine) publishLocal(a *account) {
+// It reports whether it lowered anything.
+func (m *Machine) publishLocal(a *account) bool {
 	if !a.hasEv {
-		return
+		return false
 	}
 	ev := a.ev
-	ev.Remaining -= min(ev.Remaining, a.spent-a.evSpent)
-	if ev.Remaining < a.published {
-		a.published = ev.Remaining
-		m.out.Publish(a.id, ev)
+	ev.Remaining = m.local(a)
+	if ev.Remaining >= a.published {
+		return false
 	}
+	a.published = ev.Remaining
+	m.out.Publish(a.id, ev)
+	return true
 }
 
 // nextSize is a shard's next slice size: doubled when its last slice went
@@ -822,20 +1077,23 @@ func (m *Machine) sliceOf(a *account, l *lease, sl *slice, size core.CostUnits) 
 	return min(s, l.pool)
 }
 
-// reclaimSlices asks every shard holding units of l to hand back what it
-// has not spent, so that a starving shard can be funded from the returns;
-// at most once per Reclaim per account. A shard hands back only after it
-// has run the requests waiting for its funding, so a slice just granted
-// for a waiting quote funds it before it can be asked back.
-func (m *Machine) reclaimSlices(a *account, l *lease, now int64) {
+// reclaimSlices asks every shard but target holding units of l to hand
+// back what it has not spent, so that target can be funded from the
+// returns; at most once per Reclaim per account (a gather held back is
+// retried then). A shard hands back only after it has run the requests
+// waiting for its funding, so a slice just granted for a waiting quote
+// funds it before it can be asked back.
+func (m *Machine) reclaimSlices(a *account, l *lease, target int, now int64) {
 	if now-a.reclaimAt < m.cfg.Reclaim && a.reclaimAt != 0 {
 		a.gatherAt = a.reclaimAt + m.cfg.Reclaim // serve again then (due)
 		return
 	}
-	a.reclaimAt, a.gatherAt = now, 0
+	// The answers are in well within Reclaim: look again then, whatever
+	// they brought (a shard with nothing to give answers nothing).
+	a.reclaimAt, a.gatherAt, a.gathered, a.reclaimOut = now, now+m.cfg.Reclaim, 0, l.out
 	m.stats.Reclaims++
 	for i, out := range l.outBy {
-		if out > 0 {
+		if out > 0 && i != target {
 			m.out.Send(i, message.Inbound{Kind: message.InReclaimLease, Account: a.id, Token: l.token})
 		}
 	}
@@ -853,7 +1111,7 @@ func (m *Machine) ensureCall(a *account, now int64) {
 
 // callLedger is ensureCall without the back-off.
 func (m *Machine) callLedger(a *account, now int64) {
-	if a.calling || !a.active {
+	if a.calling || !a.active || now < a.yieldUntil {
 		return
 	}
 	if l := a.cur; l != nil && now >= l.expires {
@@ -885,6 +1143,9 @@ func (m *Machine) callLedger(a *account, now int64) {
 		return // it would ask for nothing, and it is not yet time to renew
 	}
 	a.calling = true
+	if l != nil {
+		l.extending = true
+	}
 	m.call(&pending{call: c, acct: a, lease: l})
 }
 
@@ -982,7 +1243,7 @@ func (m *Machine) askBack(a *account, l *lease) {
 
 // quiesced releases a retired lease whose slices have all come back.
 func (m *Machine) quiesced(a *account, l *lease) {
-	if l.out != 0 || l.asked {
+	if l.out != 0 || l.asked || l.extending {
 		return
 	}
 	delete(m.recalling, l)
@@ -995,6 +1256,8 @@ func (m *Machine) quiesced(a *account, l *lease) {
 
 // Done applies a ledger call's result.
 func (m *Machine) Done(r Result, now int64) {
+	if p := m.calls[r.ID]; p != nil {
+	}
 	p := m.calls[r.ID]
 	if p == nil {
 		return
@@ -1008,16 +1271,22 @@ func (m *Machine) Done(r Result, now int64) {
 		m.out.Call(next.call)
 	}
 	a := p.acct
+	if r.Outcome != Failed && len(m.unreleased) > 0 {
+		m.ledgerBack(now)
+	}
 	if r.HasEvidence {
 		ev := r.Evidence
-		if l := p.lease; l != nil && p.call.Kind == CallExtend && r.Outcome == OK {
-			// The ledger counts as outstanding what this node has spent
-			// but not yet exported (its Used lags the spool): what the
-			// account can still spend is that much less.
-			lag := l.spent - min(r.Lease.Used, l.spent)
-			ev.Remaining -= min(ev.Remaining, lag)
+		if p.call.Now >= a.evAt {
+			local := ev.Remaining
+			if l := p.lease; l != nil && p.call.Kind == CallExtend && r.Outcome == OK {
+				// The ledger counts as outstanding what this node has
+				// spent but not yet exported (its Used lags the spool):
+				// what the account can still spend is that much less.
+				lag := l.spent - min(r.Lease.Used, l.spent)
+				local -= min(local, lag)
+			}
+			m.publish(a, ev, local, p.call.Now)
 		}
-		m.publish(a, ev)
 	}
 	switch p.call.Kind {
 	case CallRelease:
@@ -1045,8 +1314,15 @@ func (m *Machine) released(a *account, l *lease, r Result, now int64) {
 			// left to return.
 		default:
 			// Not released: the units must still go back. Try again after
-			// Retry (due re-asks a retiring lease that has none out).
+			// Retry, doubling while it keeps failing (a ledger out of
+			// reach for a minute costs a few calls, not sixty), up to
+			// maxBackoff (due re-asks a retiring lease that has none out).
 			l.asked = false
+			l.backoff = min(max(2*l.backoff, m.cfg.Retry), maxBackoff)
+			l.retryAt = now + l.backoff
+			if !slices.Contains(m.unreleased, a) {
+				m.unreleased = append(m.unreleased, a)
+			}
 			m.arm(a, now)
 			return
 		}
@@ -1061,6 +1337,9 @@ func (m *Machine) released(a *account, l *lease, r Result, now int64) {
 		return
 	}
 	m.stats.Released++
+	if l.pool > 0 {
+		m.out.Returned(a.id) // other nodes may be waiting for them
+	}
 	// Its units are back in the balance: accounts refused for want of them
 	// may ask again — this one, and any under the same scopes.
 	m.unblock(a, now)
@@ -1071,14 +1350,35 @@ func (m *Machine) released(a *account, l *lease, r Result, now int64) {
 	}
 }
 
+// ledgerBack releases at once the leases whose release failed and waits
+// for its back-off: the ledger answers again.
+func (m *Machine) ledgerBack(now int64) {
+	accounts := m.unreleased
+	m.unreleased = nil
+	for _, a := range accounts {
+		for _, l := range a.retiring {
+			if !l.asked && l.retryAt > now {
+				l.retryAt, l.backoff = 0, 0
+				m.quiesced(a, l)
+			}
+		}
+	}
+}
+
 // unblock lets a refused account that still wants funding, or whose
 // shards stopped waiting for it lately, ask again now.
 func (m *Machine) unblock(a *account, now int64) {
+	if now < a.yieldUntil {
+		return // due asks then
+	}
+	if a.wanting() || a.starving() {
+		a.retryAt, a.backoff = 0, 0
+		m.revive(a)
+		m.ensureCall(a, now)
+		return
+	}
 	if a.retryAt > now {
 		a.retryAt, a.backoff = 0, 0
-		if a.wanting() || a.starved {
-			m.ensureCall(a, now)
-		}
 	}
 }
 
@@ -1100,12 +1400,23 @@ func (m *Machine) acquired(a *account, c Call, r Result, now int64) {
 		return
 	}
 	a.cur = l
+	m.revive(a)
 	m.serve(a, now)
 }
 
 func (m *Machine) extended(a *account, l *lease, c Call, r Result, now int64) {
+	l.extending = false
 	if l != a.cur {
-		return // retired meanwhile; its release is under way or done
+		// Retired meanwhile: what the ledger added is in the lease all
+		// the same, and goes back with its release, which waited for
+		// this answer.
+		if r.Outcome == OK && r.Lease.Granted > l.granted {
+			added := r.Lease.Granted - l.granted
+			l.granted += added
+			l.pool += added
+		}
+		m.quiesced(a, l)
+		return
 	}
 	switch r.Outcome {
 	case Refused, RefusedInactive:
@@ -1152,6 +1463,7 @@ func (m *Machine) extended(a *account, l *lease, c Call, r Result, now int64) {
 		return
 	}
 	a.backoff = 0
+	m.revive(a)
 	m.serve(a, now)
 }
 

@@ -70,6 +70,32 @@ const (
 	// refresh their evidence, then report with Refreshed(Ingest).
 	EffectFundingChanged
 	EffectKeysUsed // record Keys' last use in the ledger (best effort, coarse)
+	// EffectAnnounce: tell the other nodes of a fleet Announce (a hint:
+	// best effort).
+	EffectAnnounce
+)
+
+// Announcement is what a node tells the other nodes of a fleet about an
+// account's funding.
+type Announcement struct {
+	Kind    AnnounceKind
+	Account core.AccountID
+	// Holding is what the announcing node holds of Account (Want).
+	Holding core.CostUnits
+	// From names the announcing node (filled in by the fleet's transport).
+	From string
+}
+
+// AnnounceKind says what an Announcement asks or tells.
+type AnnounceKind uint8
+
+const (
+	// Want: the ledger refused this node funding that other nodes hold
+	// in their leases; they hand it back (Machine.Recall).
+	Want AnnounceKind = iota + 1
+	// Returned: this node released unspent units to the ledger; nodes
+	// waiting for them ask again (Machine.Returned).
+	Returned
 )
 
 // Effect is one intent for the shell, other than a shard message.
@@ -84,6 +110,7 @@ type Effect struct {
 	Ingest   *Ingest
 	Accounts []core.AccountID
 	Keys     []KeyUsed
+	Announce Announcement
 }
 
 // KeyUsed says the key of Principal authenticated on a shard by At.
@@ -587,10 +614,22 @@ func (m *Machine) provision(msg message.Inbound) error {
 	return nil
 }
 
+// Heard is an announcement from another node of the fleet.
+func (m *Machine) Heard(a Announcement, now int64) {
+	switch a.Kind {
+	case Want:
+		m.fund.Recall(a.Account, a.From, a.Holding, now)
+	case Returned:
+		m.fund.Returned(a.Account, now)
+	default:
+		invariant.Violated(invariant.UnknownKind, fmt.Sprintf("an announcement of kind %d", a.Kind))
+	}
+}
+
 // Evidence is new funding evidence for id from the ledger, outside the
 // machine's own calls (after a deposit, a budget, post-paid usage).
-func (m *Machine) Evidence(id core.AccountID, ev core.FundingEvidence, now int64) {
-	m.fund.Evidence(id, ev, now)
+func (m *Machine) Evidence(id core.AccountID, ev core.FundingEvidence, readAt, now int64) {
+	m.fund.Evidence(id, ev, readAt, now)
 }
 
 // fundingOut, sharesOut and durabilityOut are the machine as each part's
@@ -619,6 +658,15 @@ func (o fundingOut) Call(c funding.Call) {
 		return
 	}
 	m.effects = append(m.effects, Effect{Kind: EffectCall, Call: c})
+}
+
+func (o fundingOut) Want(id core.AccountID, holding core.CostUnits) {
+	o.m.effects = append(o.m.effects, Effect{Kind: EffectAnnounce,
+		Announce: Announcement{Kind: Want, Account: id, Holding: holding}})
+}
+
+func (o fundingOut) Returned(id core.AccountID) {
+	o.m.effects = append(o.m.effects, Effect{Kind: EffectAnnounce, Announce: Announcement{Kind: Returned, Account: id}})
 }
 
 func (o fundingOut) Publish(id core.AccountID, ev core.FundingEvidence) {

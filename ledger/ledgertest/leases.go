@@ -19,7 +19,7 @@ func testGrantPolicy(h *harness) {
 		{200, 100, 0, 100},
 		{150, 100, 0, 75},
 		{150, 100, 120, 120},
-		{150, 100, 151, 75},
+		{150, 100, 151, 150}, // a need that does not fit takes what is left whole
 		{1, 100, 0, 1},
 		{3, 2, 3, 3},
 		{50, 10, 30, 30},
