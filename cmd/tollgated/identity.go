@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tollgated/tollgated/control"
 	"github.com/tollgated/tollgated/ledger"
 	"github.com/tollgated/tollgated/ledger/boltstore"
 	"github.com/tollgated/tollgated/ledger/pgstore"
@@ -27,27 +28,19 @@ import (
 
 // errIdentity marks a start refused because the data directory's identity
 // does not add up; the message says the way out.
-var errIdentity = errors.New("the data directory's node identity does not add up")
+var errIdentity = control.ErrIdentity
 
-// spoolIdentity is what the opened spool says of its node: the owner's
-// node id and incarnation, or, for a spool without an owner, whether it
-// holds anything (a spool from before owners did).
-type spoolIdentity struct {
-	node  string // "" without an owner
-	inc   uint64
-	state bool // records or a released mark: the spool has been used
-}
-
-func (d *daemon) spoolIdentity() (spoolIdentity, error) {
-	var si spoolIdentity
+// spoolIdentity is what the opened spool says of its node.
+func (d *daemon) spoolIdentity() (control.SpoolIdentity, error) {
+	var si control.SpoolIdentity
 	if owner := d.spool.Owner(); owner != "" {
 		node, n, err := parseOwner(owner)
 		if err != nil {
 			return si, err
 		}
-		si.node, si.inc = node, n
+		si.Node, si.Incarnation = node, n
 	}
-	si.state = d.spool.Durable() > 0
+	si.Used = d.spool.Durable() > 0
 	return si, nil
 }
 
@@ -117,30 +110,9 @@ func (d *daemon) establishIdentity(ctx context.Context, cfg config) error {
 	return nil
 }
 
-// matchSpool checks the node id against the spool's owner and returns the
-// incarnation the spool belongs to (0: an empty spool, a new data
-// directory or a lost one). A spool written before owners existed is
-// adopted as incarnation 1 of the node whose id file sits beside it.
-func matchSpool(cfg config, id string, si spoolIdentity) (uint64, error) {
-	spoolDir := filepath.Join(cfg.dataDir, spoolDir)
-	switch {
-	case si.node != "" && id == "":
-		return 0, fmt.Errorf("%w: the usage spool in %s belongs to node %q, but %s has no node-id file (lost, or the data directory was restored or copied without it): "+
-			"starting under a new id would bill the spool a second time. Start with --node-id %s (or restore %s), see docs/RUNBOOK.md",
-			errIdentity, spoolDir, si.node, cfg.dataDir, si.node, filepath.Join(cfg.dataDir, nodeIDFile))
-	case si.node != "" && id != si.node:
-		return 0, fmt.Errorf("%w: the usage spool in %s belongs to node %q, but this start's node id is %q: billing it under another id would bill it a second time. "+
-			"Start with --node-id %s and its own node-id file, or give node %q an empty data directory of its own (docs/RUNBOOK.md)",
-			errIdentity, spoolDir, si.node, id, si.node, id)
-	case si.node != "":
-		return si.inc, nil
-	case si.state && id == "":
-		return 0, fmt.Errorf("%w: the usage spool in %s holds usage, but %s has no node-id file to say whose: start with --node-id set to the id this data directory ran under (see docs/RUNBOOK.md)",
-			errIdentity, spoolDir, cfg.dataDir)
-	case si.state:
-		return 1, nil
-	}
-	return 0, nil
+// matchSpool checks the node id against the spool's owner (control.MatchSpool).
+func matchSpool(cfg config, id string, si control.SpoolIdentity) (uint64, error) {
+	return control.MatchSpool(cfg.dataDir, spoolDir, nodeIDFile, id, si)
 }
 
 // matchEmbeddedLedger refuses a node id the data directory's own ledger

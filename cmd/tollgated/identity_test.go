@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgated/tollgated/control"
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/spool"
 )
@@ -25,18 +26,18 @@ func TestMatchSpool(t *testing.T) {
 	cfg := config{dataDir: "/d"}
 	for _, c := range []struct {
 		id       string
-		si       spoolIdentity
+		si       control.SpoolIdentity
 		wantInc  uint64
 		wantErr  bool
 		mentions string
 	}{
-		{id: "", si: spoolIdentity{node: "node-a", inc: 2, state: true}, wantErr: true, mentions: "--node-id node-a"},
-		{id: "node-b", si: spoolIdentity{node: "node-a", inc: 2}, wantErr: true, mentions: `belongs to node "node-a"`},
-		{id: "node-a", si: spoolIdentity{node: "node-a", inc: 2}, wantInc: 2},
-		{id: "", si: spoolIdentity{state: true}, wantErr: true, mentions: "--node-id"},
-		{id: "node-a", si: spoolIdentity{state: true}, wantInc: 1},
-		{id: "", si: spoolIdentity{}},
-		{id: "node-a", si: spoolIdentity{}},
+		{id: "", si: control.SpoolIdentity{Node: "node-a", Incarnation: 2, Used: true}, wantErr: true, mentions: "--node-id node-a"},
+		{id: "node-b", si: control.SpoolIdentity{Node: "node-a", Incarnation: 2}, wantErr: true, mentions: `belongs to node "node-a"`},
+		{id: "node-a", si: control.SpoolIdentity{Node: "node-a", Incarnation: 2}, wantInc: 2},
+		{id: "", si: control.SpoolIdentity{Used: true}, wantErr: true, mentions: "--node-id"},
+		{id: "node-a", si: control.SpoolIdentity{Used: true}, wantInc: 1},
+		{id: "", si: control.SpoolIdentity{}},
+		{id: "node-a", si: control.SpoolIdentity{}},
 	} {
 		inc, err := matchSpool(cfg, c.id, c.si)
 		if (err != nil) != c.wantErr || inc != c.wantInc || (err != nil && (!errors.Is(err, errIdentity) || !strings.Contains(err.Error(), c.mentions))) {

@@ -59,11 +59,15 @@ type node struct {
 func (w *World) start(id string, sp *memSpool) *node {
 	n := &node{w: w, id: id, sp: sp, claims: control.NewPostPaidClaims(), storage: new(shard.Storage)}
 	ctx := context.Background()
-	inc, err := w.store.Incarnate(ctx, id, sp.owner, w.cfg.LeaseGrace, w.now)
+	spoolInc, err := control.MatchSpool(w.cfg.Dir, "spool", "node-id", id, sp.identity())
+	if err != nil {
+		w.fail("node %s: %v", id, err)
+	}
+	inc, err := w.store.Incarnate(ctx, id, spoolInc, w.cfg.LeaseGrace, w.now)
 	if err != nil {
 		w.fail("node %s: incarnation: %v", id, err)
 	}
-	sp.owner = inc.Number
+	sp.owner, sp.node = inc.Number, id
 	n.holder = inc.Holder()
 	links := make([]control.Link, w.cfg.Shards)
 	for i := range w.cfg.Shards {

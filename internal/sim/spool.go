@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 
+	"github.com/tollgated/tollgated/control"
 	"github.com/tollgated/tollgated/spool"
 )
 
@@ -30,11 +31,18 @@ type memSpool struct {
 	// owner is the incarnation of its node the spool belongs to (0: a new,
 	// empty data directory).
 	owner uint64
+	// node is the node id the spool belongs to ("": a new data directory).
+	node string
 	// flushedAt is when the world last flushed it.
 	flushedAt int64
 }
 
 func newMemSpool() *memSpool { return &memSpool{first: 1} }
+
+// identity is what the daemon reads of the spool's owner at a start.
+func (s *memSpool) identity() control.SpoolIdentity {
+	return control.SpoolIdentity{Node: s.node, Incarnation: s.owner, Used: s.durable > 0 || s.released > 0}
+}
 
 func (s *memSpool) last() uint64 { return s.first + uint64(len(s.records)) - 1 }
 

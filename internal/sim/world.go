@@ -35,11 +35,13 @@ import (
 	"bytes"
 	"container/heap"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
 	"strings"
 
+	"github.com/tollgated/tollgated/control"
 	"github.com/tollgated/tollgated/control/funding"
 	"github.com/tollgated/tollgated/control/plane"
 	"github.com/tollgated/tollgated/core"
@@ -79,6 +81,7 @@ type Faults struct {
 	Crash        float64 // a node dies (kill -9) and restarts
 	LostTail     float64 // a crashed node's spool loses its last records
 	LostVolume   float64 // a crashed node restarts on an empty data directory
+	LostFile     float64 // a crashed node's node-id file is lost
 	IdleJump     float64 // the clock jumps 5–90 s: nothing happens meanwhile
 	DayJump      float64 // the clock jumps a day: budgets roll over
 }
@@ -88,7 +91,7 @@ func DefaultConfig(seed uint64, dir string) Config {
 	return Config{Seed: seed, Dir: dir, Nodes: 1, Shards: 3, Steps: 4000, RingSize: 64, LeaseTTL: 10e9, LeaseGrace: 10e9,
 		FundingWait: 50e6,
 		Faults: Faults{LedgerError: 0.02, LedgerSlow: 0.02, LedgerOutage: 0.0003, SpoolLag: 0.3, DiskFull: 0.001,
-			Crash: 0.002, LostTail: 0.2, LostVolume: 0.05, IdleJump: 0.004, DayJump: 0.0005}}
+			Crash: 0.002, LostTail: 0.2, LostVolume: 0.05, LostFile: 0.1, IdleJump: 0.004, DayJump: 0.0005}}
 }
 
 // World is the simulator's state.
@@ -126,7 +129,7 @@ type ledgerCall struct {
 type Stats struct {
 	Steps, Crashes, Requests, Admitted, Refused, LedgerCalls int
 	Reports, ReportsBilled, Rotations                        int
-	Outages, DisksFull, LostTails, LostVolumes               int
+	Outages, DisksFull, LostTails, LostVolumes, LostFiles    int
 	Probes                                                   int
 }
 
@@ -528,6 +531,13 @@ func (w *World) crash(n *node) {
 		w.unbilledLost(sp, n.holder, k)
 		sp.loseTail(k)
 		w.log("  its spool loses its last %d records", k)
+	case p < w.cfg.Faults.LostVolume+w.cfg.Faults.LostTail+w.cfg.Faults.LostFile:
+		w.stats.LostFiles++
+		w.log("  its node-id file is lost")
+		if inc, err := control.MatchSpool(w.cfg.Dir, "spool", "node-id", "", sp.identity()); !errors.Is(err, control.ErrIdentity) {
+			w.fail("%s: a start without its node-id file was not refused (incarnation %d, %v): it would bill its spool a second time", n, inc, err)
+		}
+		w.log("  the start is refused; the operator starts it with --node-id %s", n.id)
 	}
 	w.advance(w.rng.Int64N(20e9))
 	w.replace(n, w.start(n.id, sp))
@@ -558,6 +568,6 @@ func (w *World) replace(old, n *node) {
 
 // String summarises a run.
 func (s Stats) String() string {
-	return strings.TrimSpace(fmt.Sprintf("%d steps, %d crashes (%d lost tails, %d lost volumes), %d ledger outages, %d full disks, %d requests (%d answered 200, %d refused; %d post-paid reports, %d billed at once), %d key rotations, %d ledger calls, %d liveness probes",
-		s.Steps, s.Crashes, s.LostTails, s.LostVolumes, s.Outages, s.DisksFull, s.Requests, s.Admitted, s.Refused, s.Reports, s.ReportsBilled, s.Rotations, s.LedgerCalls, s.Probes))
+	return strings.TrimSpace(fmt.Sprintf("%d steps, %d crashes (%d lost tails, %d lost volumes, %d lost node-id files), %d ledger outages, %d full disks, %d requests (%d answered 200, %d refused; %d post-paid reports, %d billed at once), %d key rotations, %d ledger calls, %d liveness probes",
+		s.Steps, s.Crashes, s.LostTails, s.LostVolumes, s.LostFiles, s.Outages, s.DisksFull, s.Requests, s.Admitted, s.Refused, s.Reports, s.ReportsBilled, s.Rotations, s.LedgerCalls, s.Probes))
 }
