@@ -34,7 +34,15 @@ type account struct {
 	// a crash, commits whose finish was not acknowledged, acknowledged
 	// usage whose spool records a damaged disk lost before export).
 	acked, maybe core.CostUnits
-	live         []*reservation
+	// lost: data-plane usage whose spool records a damaged disk or a
+	// lost volume took before export, with no commit entry left to bill
+	// its quote: never billed, acknowledged or not (docs/FLEET.md,
+	// docs/RUNBOOK.md), so not owed of what was acked. Which of it was
+	// acknowledged the simulator cannot tell (a finish's answer does not
+	// name its event), so all of it counts. A post-paid report's 200
+	// comes after it is billed: losing its record loses nothing.
+	lost core.CostUnits
+	live []*reservation
 }
 
 type reservation struct {
@@ -341,9 +349,13 @@ func (w *World) unbilledLost(sp *memSpool, holder string, k int) {
 			continue // billed
 		}
 		a.maybe += rec.Usage.Units // it may never be billed
-		if quote, ok := commits[rec.Usage.ID]; ok {
+		quote, journaled := commits[rec.Usage.ID]
+		switch {
+		case journaled:
 			// Its commit entry survives it: recovery bills the quote.
 			a.maybe += quote
+		case rec.Usage.Source != record.SourcePostPaid:
+			a.lost += rec.Usage.Units
 		}
 	}
 }
