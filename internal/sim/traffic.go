@@ -317,8 +317,10 @@ func (w *World) loseClients(n *node) {
 
 // unbilledLost notes, as uncertain, the usage in sp's last k durable
 // records (every one with k 0: a lost volume) that the ledger has not
-// billed: a damaged disk lost it before the exporter billed it.
-func (w *World) unbilledLost(sp *memSpool, holder string, k int) {
+// billed: a damaged disk lost it before the exporter billed it. It
+// returns the units of that usage per lease that funded it.
+func (w *World) unbilledLost(sp *memSpool, holder string, k int) map[uint64]core.CostUnits {
+	perLease := map[uint64]core.CostUnits{}
 	mark, err := w.store.ExportMark(context.Background(), holder)
 	if err != nil {
 		w.fail("export mark of %s: %v", holder, err)
@@ -349,6 +351,9 @@ func (w *World) unbilledLost(sp *memSpool, holder string, k int) {
 			continue // billed
 		}
 		a.maybe += rec.Usage.Units // it may never be billed
+		if rec.Usage.Source == record.SourceLease {
+			perLease[rec.Usage.LeaseID] += rec.Usage.Units
+		}
 		quote, journaled := commits[rec.Usage.ID]
 		switch {
 		case journaled:
@@ -358,6 +363,7 @@ func (w *World) unbilledLost(sp *memSpool, holder string, k int) {
 			a.lost += rec.Usage.Units
 		}
 	}
+	return perLease
 }
 
 func (a *account) String() string {

@@ -113,10 +113,19 @@ type World struct {
 	clients     []*pending // client requests not answered yet
 	ledgerCalls []ledgerCall
 	stats       Stats
-	// lostVolume: some node restarted on an empty data directory, or on
-	// a spool cut after the ledger forfeited leases of its: those stay
-	// forfeited, by design.
+	// lostVolume: some node restarted on an empty data directory: its
+	// earlier incarnation's leases stay forfeited, by design.
 	lostVolume bool
+	// lostToCut is, per lease, the loss a node's cut spool leaves, by
+	// design (cutLoss): at most this much of the lease's remainder stays
+	// loss.
+	lostToCut map[uint64]cutLoss
+}
+
+// cutLoss is loss a cut spool leaves on one lease, and the root it falls on.
+type cutLoss struct {
+	root  core.AccountID
+	units core.CostUnits
 }
 
 type ledgerCall struct {
@@ -137,7 +146,8 @@ type Stats struct {
 // reports a broken check (and must stop the run); log narrates.
 func New(cfg Config, fail, log func(string, ...any)) *World {
 	w := &World{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
-		now: 1_773_144_000e9, fail: fail, log: log, byID: make(map[core.AccountID]*account)}
+		now: 1_773_144_000e9, fail: fail, log: log, byID: make(map[core.AccountID]*account),
+		lostToCut: make(map[uint64]cutLoss)}
 	store, err := boltstore.Open(filepath.Join(cfg.Dir, "ledger.db"), boltstore.Options{NoSync: true})
 	if err != nil {
 		fail("ledger: %v", err)
@@ -512,6 +522,7 @@ func (w *World) crash(n *node) {
 	n.close()
 	sp := n.sp
 	sp.crash()
+	var lost map[uint64]core.CostUnits
 	switch p := w.rng.Float64(); {
 	case p < w.cfg.Faults.LostVolume:
 		w.stats.LostVolumes++
@@ -522,13 +533,7 @@ func (w *World) crash(n *node) {
 	case p < w.cfg.Faults.LostVolume+w.cfg.Faults.LostTail:
 		w.stats.LostTails++
 		k := 1 + w.rng.IntN(10)
-		if w.forfeited(n.holder) {
-			// Leases of its forfeited while it was away stay forfeited
-			// when its spool comes back cut: the lost records may have
-			// spent them (docs/RUNBOOK.md).
-			w.lostVolume = true
-		}
-		w.unbilledLost(sp, n.holder, k)
+		lost = w.unbilledLost(sp, n.holder, k)
 		sp.loseTail(k)
 		w.log("  its spool loses its last %d records", k)
 	case p < w.cfg.Faults.LostVolume+w.cfg.Faults.LostTail+w.cfg.Faults.LostFile:
@@ -541,20 +546,42 @@ func (w *World) crash(n *node) {
 	}
 	w.advance(w.rng.Int64N(20e9))
 	w.replace(n, w.start(n.id, sp))
+	if sp.cut > 0 {
+		w.noteCutLoss(n.holder, lost)
+	}
 }
 
-// forfeited reports whether the ledger forfeited a lease of holder.
-func (w *World) forfeited(holder string) bool {
+// noteCutLoss notes the loss holder's spool, cut, left for good once it
+// came back and billed what survived (lost: the unbilled units its cut
+// records spent, per lease):
+//   - a lease of its forfeited before it is back (while it was away, or
+//     in an outage before it crashed) stays forfeited: the cut records may
+//     have spent it (docs/RUNBOOK.md, the spool cut at start; docs/FLEET.md,
+//     loss keeps what no surviving spool accounts for);
+//   - a lease it released with usage not yet billed (the gap is
+//     provisional loss that its late usage turns into settled) keeps as
+//     loss what the cut records would have billed.
+func (w *World) noteCutLoss(holder string, lost map[uint64]core.CostUnits) {
 	all, err := w.store.Leases(context.Background(), false)
 	if err != nil {
 		w.fail("leases: %v", err)
 	}
 	for _, l := range all {
-		if l.Holder == holder && l.State == ledger.LeaseReclaimed {
-			return true
+		if l.Holder != holder {
+			continue
+		}
+		gap := l.Granted - l.Used - l.Credited
+		switch l.State {
+		case ledger.LeaseReclaimed:
+		case ledger.LeaseReleased:
+			gap = min(gap, lost[l.ID])
+		default:
+			continue // active: its holder releases it whole
+		}
+		if gap > w.lostToCut[l.ID].units {
+			w.lostToCut[l.ID] = cutLoss{root: w.byID[l.Account].root, units: gap}
 		}
 	}
-	return false
 }
 
 // replace puts the new incarnation of a node in its place.
