@@ -274,7 +274,8 @@ func TestRecoveryNumbersASpoolCutAfterItWasBilledOnToTheMark(t *testing.T) {
 // bills the spool against the forfeit, then restores the lease — what the
 // node did not spend comes back from loss — but only when the spool
 // opened whole; a spool cut at open may have lost what the remainder paid
-// for, and the forfeit stands.
+// for, and the forfeit stands for good: a later start on a whole spool
+// does not restore it either.
 func TestRecoveryRestoresForfeitedLeasesFromAWholeSpool(t *testing.T) {
 	for _, cut := range []bool{false, true} {
 		sp, store, l := exporterFixture(t)
@@ -297,6 +298,14 @@ func TestRecoveryRestoresForfeitedLeasesFromAWholeSpool(t *testing.T) {
 			t.Fatalf("whole spool: recovery %+v, account %+v", r, a)
 		case cut && (r.Forfeited != 1 || r.ForfeitedUnits != 190 || r.Restored != 0 || a.Loss != 190 || a.Settled != 10):
 			t.Fatalf("cut spool: recovery %+v, account %+v", r, a)
+		}
+		sp.reopen()
+		again, err := RecoverWith(ctx, store, sp, NewExporter(sp, store, l.Holder, 16), RecoverOptions{Holder: l.Holder, Now: 7400e9})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := store.Account(ctx, "acme"); again.Restored != 0 || again.Forfeited != 0 || b.Loss != a.Loss || b.Balance() != a.Balance() {
+			t.Fatalf("cut %v, then a whole start: recovery %+v, account %+v (was %+v)", cut, again, b, a)
 		}
 		if err := store.Check(ctx); err != nil {
 			t.Fatal(err)

@@ -209,12 +209,17 @@ func settleLeases(ctx context.Context, store ledger.Store, o RecoverOptions, who
 		unspent := l.Granted - min(l.Used, l.Granted)
 		forfeited := l.State == ledger.LeaseReclaimed
 		if forfeited && !whole {
-			r.Forfeited++
-			r.ForfeitedUnits += unspent
-			continue
+			// The forfeit stands for good: released with nothing
+			// returned, so that a later start on a spool that opens whole
+			// cannot restore what the records cut this time may have
+			// spent. Its remainder stays loss; late usage still settles it.
+			unspent = 0
 		}
 		err := store.Release(ctx, l.ID, l.Token, unspent, o.Now)
 		switch {
+		case err == nil && forfeited && !whole:
+			r.Forfeited++
+			r.ForfeitedUnits += l.Granted - min(l.Used, l.Granted)
 		case err == nil && forfeited:
 			r.Restored++
 			r.RestoredUnits += unspent

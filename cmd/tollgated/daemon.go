@@ -312,7 +312,7 @@ func (d *daemon) recover(ctx context.Context, holder string) (control.Recovery, 
 	}
 	if r.Forfeited > 0 {
 		d.log.Warn().Str("node", holder).Int("leases", r.Forfeited).Uint64("units", uint64(r.ForfeitedUnits)).
-			Msg("leases of this node were forfeited while it was away, and its spool was cut at start: they stay forfeited (their units stay in loss), since the cut records may have spent them (docs/RUNBOOK.md)")
+			Msg("leases of this node were forfeited while it was away, and its spool was cut at start: they stay forfeited for good (their units stay in loss), since the cut records may have spent them (docs/RUNBOOK.md)")
 	}
 	d.reportSpoolRecovery(r)
 	if r.Unaccounted > 0 {

@@ -545,19 +545,19 @@ func (w *World) crash(n *node) {
 		w.log("  the start is refused; the operator starts it with --node-id %s", n.id)
 	}
 	w.advance(w.rng.Int64N(20e9))
-	w.replace(n, w.start(n.id, sp))
 	if sp.cut > 0 {
 		w.noteCutLoss(n.holder, lost)
 	}
+	w.replace(n, w.start(n.id, sp))
 }
 
-// noteCutLoss notes the loss holder's spool, cut, left for good once it
-// came back and billed what survived (lost: the unbilled units its cut
-// records spent, per lease):
+// noteCutLoss notes, as holder comes back, the loss its cut spool will
+// leave for good once recovery has billed what survived (lost: the
+// unbilled units its cut records spent, per lease):
 //   - a lease of its forfeited before it is back (while it was away, or
-//     in an outage before it crashed) stays forfeited: the cut records may
-//     have spent it (docs/RUNBOOK.md, the spool cut at start; docs/FLEET.md,
-//     loss keeps what no surviving spool accounts for);
+//     in an outage before it crashed) stays forfeited, for good: the cut
+//     records may have spent it (docs/RUNBOOK.md, the spool cut at start;
+//     docs/FLEET.md, loss keeps what no surviving spool accounts for);
 //   - a lease it released with usage not yet billed (the gap is
 //     provisional loss that its late usage turns into settled) keeps as
 //     loss what the cut records would have billed.
