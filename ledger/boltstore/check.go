@@ -1,6 +1,7 @@
 package boltstore
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 
@@ -14,8 +15,8 @@ import (
 // entries the records imply (a mismatch wraps ErrCorrupt), keys and admin
 // tokens included. It reads one
 // consistent snapshot and runs beside writers.
-func (s *Store) Check(ctx context.Context) error {
-	return s.view(ctx, func(x *txn) error {
+func (b *backend) Check(ctx context.Context) error {
+	return b.view(ctx, func(x *boltTx) error {
 		c := ledger.NewConservation()
 		expiry := x.bucket(bucketExpiry)
 		active := 0
@@ -91,7 +92,7 @@ func (s *Store) Check(ctx context.Context) error {
 
 // checkEventAges verifies that the ingest-time index names every remembered
 // event id exactly once and nothing else.
-func checkEventAges(x *txn) error {
+func checkEventAges(x *boltTx) error {
 	seen := x.bucket(bucketEvents)
 	indexed := make(map[[16]byte]bool)
 	err := x.bucket(bucketEventAge).ForEach(func(k, _ []byte) error {
@@ -116,7 +117,7 @@ func checkEventAges(x *txn) error {
 
 // checkKeys verifies that every key and admin token decodes and that the
 // key expiry index names exactly the live keys with an expiry.
-func checkKeys(x *txn) error {
+func checkKeys(x *boltTx) error {
 	index := x.bucket(bucketKeyExp)
 	expiring := 0
 	err := x.bucket(bucketKeys).ForEach(func(id, v []byte) error {
@@ -140,6 +141,50 @@ func checkKeys(x *txn) error {
 	}
 	return x.bucket(bucketAdmins).ForEach(func(id, v []byte) error {
 		_, err := decodeAdminToken(id, v)
+		return err
+	})
+}
+
+// checkChildren verifies that the children index names exactly the
+// accounts that have a parent, under that parent.
+func checkChildren(x *boltTx, withParent map[string]core.AccountID) error {
+	n := 0
+	err := x.bucket(bucketChildren).ForEach(func(k, _ []byte) error {
+		i := bytes.IndexByte(k, 0)
+		if i < 0 || withParent[string(k[i+1:])] != core.AccountID(k[:i]) {
+			return fmt.Errorf("%w: children entry %q matches no account's parent", ErrCorrupt, k)
+		}
+		n++
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if n != len(withParent) {
+		return fmt.Errorf("%w: children index has %d entries for %d accounts with a parent", ErrCorrupt, n, len(withParent))
+	}
+	return nil
+}
+
+// checkHeld verifies that the held index names exactly the leases that are
+// not released, and that every incarnation decodes.
+func checkHeld(x *boltTx, notReleased map[string]bool) error {
+	n := 0
+	err := x.bucket(bucketHeld).ForEach(func(k, _ []byte) error {
+		if !notReleased[string(k)] {
+			return fmt.Errorf("%w: held index entry %x names no lease that is not released", ErrCorrupt, k)
+		}
+		n++
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if n != len(notReleased) {
+		return fmt.Errorf("%w: held index has %d entries for %d leases not released", ErrCorrupt, n, len(notReleased))
+	}
+	return x.bucket(bucketNodes).ForEach(func(k, v []byte) error {
+		_, err := decodeIncarnation(k, v)
 		return err
 	})
 }

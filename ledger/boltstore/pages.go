@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"slices"
 	"strconv"
 
 	"github.com/tollgated/tollgated/core"
@@ -18,7 +17,7 @@ import (
 
 // ListAccounts implements ledger.Store. With a Parent it walks that
 // account's children index; otherwise the accounts themselves.
-func (s *Store) ListAccounts(ctx context.Context, f ledger.AccountFilter, p ledger.Page) (out []ledger.Account, next string, err error) {
+func (b *backend) ListAccounts(ctx context.Context, f ledger.AccountFilter, p ledger.Page) (out []ledger.Account, next string, err error) {
 	if err := p.Check(); err != nil {
 		return nil, "", err
 	}
@@ -27,17 +26,17 @@ func (s *Store) ListAccounts(ctx context.Context, f ledger.AccountFilter, p ledg
 			return nil, "", fmt.Errorf("%w: cursor %q", ledger.ErrInvalid, p.After)
 		}
 	}
-	err = s.view(ctx, func(x *txn) error {
+	err = b.view(ctx, func(x *boltTx) error {
 		// Each index key ends in an account id after prefix.
 		var prefix []byte
-		b := x.bucket(bucketAccounts)
+		index := x.bucket(bucketAccounts)
 		if f.Parent != "" {
-			if _, err := x.account(f.Parent); err != nil {
+			if _, err := x.Account(f.Parent); err != nil {
 				return err
 			}
-			prefix, b = childKey(f.Parent, ""), x.bucket(bucketChildren)
+			prefix, index = childKey(f.Parent, ""), x.bucket(bucketChildren)
 		}
-		c := b.Cursor()
+		c := index.Cursor()
 		k, _ := c.Seek(append(bytes.Clone(prefix), p.After...))
 		if p.After != "" && k != nil && string(k[min(len(prefix), len(k)):]) == p.After {
 			k, _ = c.Next()
@@ -49,12 +48,12 @@ func (s *Store) ListAccounts(ctx context.Context, f ledger.AccountFilter, p ledg
 			scanned++
 			id := core.AccountID(k[len(prefix):])
 			next = string(id)
-			a, err := x.account(id)
+			a, err := x.Account(id)
 			if err != nil {
 				return err
 			}
 			if !f.ByStatus || a.Status == f.Status {
-				out = append(out, *a)
+				out = append(out, a)
 			}
 		}
 		next = "" // the index ended: nothing follows
@@ -69,7 +68,7 @@ func (s *Store) ListAccounts(ctx context.Context, f ledger.AccountFilter, p ledg
 // ListLeases implements ledger.Store. Active leases are read through the
 // expiry index (they are few: about one per busy account), every lease
 // through the leases themselves.
-func (s *Store) ListLeases(ctx context.Context, active bool, p ledger.Page) (out []ledger.Lease, next string, err error) {
+func (b *backend) ListLeases(ctx context.Context, active bool, p ledger.Page) (out []ledger.Lease, next string, err error) {
 	if err := p.Check(); err != nil {
 		return nil, "", err
 	}
@@ -77,19 +76,12 @@ func (s *Store) ListLeases(ctx context.Context, active bool, p ledger.Page) (out
 	if err != nil || after == math.MaxUint64 {
 		return nil, "", err // nothing follows the last possible id
 	}
-	err = s.view(ctx, func(x *txn) error {
+	err = b.view(ctx, func(x *boltTx) error {
 		if active {
-			var ids []uint64
-			err := x.bucket(bucketExpiry).ForEach(func(k, _ []byte) error {
-				if id := seqOf(k[8:]); id > after {
-					ids = append(ids, id)
-				}
-				return nil
-			})
+			ids, err := activeLeases(x, after)
 			if err != nil {
 				return err
 			}
-			slices.Sort(ids)
 			for i, id := range ids {
 				if i == p.Limit {
 					next = strconv.FormatUint(ids[i-1], 10)
@@ -125,7 +117,7 @@ func (s *Store) ListLeases(ctx context.Context, active bool, p ledger.Page) (out
 
 // ListUsage implements ledger.Store: newest first, so the cursor is the
 // sequence of the last (oldest) event returned.
-func (s *Store) ListUsage(ctx context.Context, id core.AccountID, p ledger.Page) (out []ledger.Usage, next string, err error) {
+func (b *backend) ListUsage(ctx context.Context, id core.AccountID, p ledger.Page) (out []ledger.Usage, next string, err error) {
 	if err := p.Check(); err != nil {
 		return nil, "", err
 	}
@@ -133,16 +125,16 @@ func (s *Store) ListUsage(ctx context.Context, id core.AccountID, p ledger.Page)
 	if err != nil {
 		return nil, "", err
 	}
-	err = s.view(ctx, func(x *txn) error {
-		if _, err := x.account(id); err != nil {
+	err = b.view(ctx, func(x *boltTx) error {
+		if _, err := x.Account(id); err != nil {
 			return err
 		}
-		b := x.bucket(bucketUsage).Bucket([]byte(id))
-		if b == nil {
+		u := x.bucket(bucketUsage).Bucket([]byte(id))
+		if u == nil {
 			return nil
 		}
 		var last uint64
-		err := eachUsageBack(b, s.history, before, func(seq uint64, u ledger.Usage) bool {
+		err := eachUsageBack(u, b.history, before, func(seq uint64, u ledger.Usage) bool {
 			if len(out) == p.Limit {
 				next = strconv.FormatUint(last, 10)
 				return false
