@@ -3,8 +3,6 @@ package boltstore
 import (
 	"bytes"
 	"context"
-	"fmt"
-	"math"
 	"strconv"
 
 	"github.com/tollgated/tollgated/core"
@@ -15,17 +13,9 @@ import (
 // or a lease id or usage sequence in decimal (ledger.SeqCursor); a page
 // reads at most ledger.MaxPageScan items.
 
-// ListAccounts implements ledger.Store. With a Parent it walks that
+// AccountPage implements txn.Queries. With a Parent it walks that
 // account's children index; otherwise the accounts themselves.
-func (b *backend) ListAccounts(ctx context.Context, f ledger.AccountFilter, p ledger.Page) (out []ledger.Account, next string, err error) {
-	if err := p.Check(); err != nil {
-		return nil, "", err
-	}
-	if p.After != "" {
-		if err := core.AccountID(p.After).Validate(); err != nil {
-			return nil, "", fmt.Errorf("%w: cursor %q", ledger.ErrInvalid, p.After)
-		}
-	}
+func (b *backend) AccountPage(ctx context.Context, f ledger.AccountFilter, after string, limit int) (out []ledger.Account, next string, err error) {
 	err = b.view(ctx, func(x *boltTx) error {
 		// Each index key ends in an account id after prefix.
 		var prefix []byte
@@ -37,12 +27,12 @@ func (b *backend) ListAccounts(ctx context.Context, f ledger.AccountFilter, p le
 			prefix, index = childKey(f.Parent, ""), x.bucket(bucketChildren)
 		}
 		c := index.Cursor()
-		k, _ := c.Seek(append(bytes.Clone(prefix), p.After...))
-		if p.After != "" && k != nil && string(k[min(len(prefix), len(k)):]) == p.After {
+		k, _ := c.Seek(append(bytes.Clone(prefix), after...))
+		if after != "" && k != nil && string(k[min(len(prefix), len(k)):]) == after {
 			k, _ = c.Next()
 		}
 		for scanned := 0; k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-			if len(out) == p.Limit || scanned == ledger.MaxPageScan {
+			if len(out) == limit || scanned == ledger.MaxPageScan {
 				return nil
 			}
 			scanned++
@@ -65,17 +55,10 @@ func (b *backend) ListAccounts(ctx context.Context, f ledger.AccountFilter, p le
 	return out, next, nil
 }
 
-// ListLeases implements ledger.Store. Active leases are read through the
+// LeasePage implements txn.Queries. Active leases are read through the
 // expiry index (they are few: about one per busy account), every lease
 // through the leases themselves.
-func (b *backend) ListLeases(ctx context.Context, active bool, p ledger.Page) (out []ledger.Lease, next string, err error) {
-	if err := p.Check(); err != nil {
-		return nil, "", err
-	}
-	after, err := ledger.SeqCursor(p.After)
-	if err != nil || after == math.MaxUint64 {
-		return nil, "", err // nothing follows the last possible id
-	}
+func (b *backend) LeasePage(ctx context.Context, active bool, after uint64, limit int) (out []ledger.Lease, next string, err error) {
 	err = b.view(ctx, func(x *boltTx) error {
 		if active {
 			ids, err := activeLeases(x, after)
@@ -83,7 +66,7 @@ func (b *backend) ListLeases(ctx context.Context, active bool, p ledger.Page) (o
 				return err
 			}
 			for i, id := range ids {
-				if i == p.Limit {
+				if i == limit {
 					next = strconv.FormatUint(ids[i-1], 10)
 					break
 				}
@@ -97,7 +80,7 @@ func (b *backend) ListLeases(ctx context.Context, active bool, p ledger.Page) (o
 		}
 		c := x.bucket(bucketLeases).Cursor()
 		for k, v := c.Seek(u64Key(after + 1)); k != nil; k, v = c.Next() {
-			if len(out) == p.Limit {
+			if len(out) == limit {
 				next = strconv.FormatUint(out[len(out)-1].ID, 10)
 				return nil
 			}
@@ -115,16 +98,9 @@ func (b *backend) ListLeases(ctx context.Context, active bool, p ledger.Page) (o
 	return out, next, nil
 }
 
-// ListUsage implements ledger.Store: newest first, so the cursor is the
+// UsagePage implements txn.Queries: newest first, so the cursor is the
 // sequence of the last (oldest) event returned.
-func (b *backend) ListUsage(ctx context.Context, id core.AccountID, p ledger.Page) (out []ledger.Usage, next string, err error) {
-	if err := p.Check(); err != nil {
-		return nil, "", err
-	}
-	before, err := ledger.SeqCursor(p.After)
-	if err != nil {
-		return nil, "", err
-	}
+func (b *backend) UsagePage(ctx context.Context, id core.AccountID, before uint64, limit int) (out []ledger.Usage, next string, err error) {
 	err = b.view(ctx, func(x *boltTx) error {
 		if _, err := x.Account(id); err != nil {
 			return err
@@ -134,18 +110,14 @@ func (b *backend) ListUsage(ctx context.Context, id core.AccountID, p ledger.Pag
 			return nil
 		}
 		var last uint64
-		err := eachUsageBack(u, b.history, before, func(seq uint64, u ledger.Usage) bool {
-			if len(out) == p.Limit {
+		return eachUsageBack(u, b.history, before, func(seq uint64, u ledger.Usage) bool {
+			if len(out) == limit {
 				next = strconv.FormatUint(last, 10)
 				return false
 			}
 			out, last = append(out, u), seq
 			return true
 		})
-		if err != nil {
-			return err
-		}
-		return nil
 	})
 	if err != nil {
 		return nil, "", err

@@ -8,10 +8,12 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/ledger"
+	"github.com/tollgated/tollgated/ledger/txn"
 )
 
 // all decodes every record of bucket, in key order.
@@ -62,50 +64,20 @@ func (b *backend) Children(ctx context.Context, id core.AccountID) (out []core.A
 // Ancestry implements txn.Queries.
 func (b *backend) Ancestry(ctx context.Context, id core.AccountID) (an ledger.Ancestry, err error) {
 	err = b.view(ctx, func(x *boltTx) error {
-		for next := id; next != ""; {
-			if len(an) == 3 { // org → workspace → agent is as deep as it gets
-				return fmt.Errorf("%w: ancestry of %s is deeper than three", ErrCorrupt, id)
-			}
-			a, err := x.Account(next)
-			if err != nil {
-				return err
-			}
-			an = append(an, &a)
-			next = a.Parent
-		}
-		return nil
+		an, err = txn.ReadAncestry(id, func(id core.AccountID) (*ledger.Account, error) {
+			a, err := x.Account(id)
+			return &a, err
+		})
+		return err
 	})
 	return an, err
 }
 
 // Leases implements ledger.Store: every lease, or only the active ones
-// (read through the expiry index), in id order.
+// (read through the expiry index), in id order: one page of them all.
 func (b *backend) Leases(ctx context.Context, active bool) ([]ledger.Lease, error) {
-	if !active {
-		return all(ctx, b, bucketLeases, func(k, v []byte) (ledger.Lease, error) {
-			rec, err := decodeLease(seqOf(k), v)
-			return rec.Lease, err
-		})
-	}
-	var out []ledger.Lease
-	err := b.view(ctx, func(x *boltTx) error {
-		ids, err := activeLeases(x, 0)
-		if err != nil {
-			return err
-		}
-		for _, id := range ids {
-			rec, err := x.lease(id)
-			if err != nil {
-				return err
-			}
-			out = append(out, rec.Lease)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
+	out, _, err := b.LeasePage(ctx, active, 0, math.MaxInt)
+	return out, err
 }
 
 // activeLeases reads the ids of the active leases after after from the
@@ -162,29 +134,11 @@ func (b *backend) Incarnations(ctx context.Context) ([]ledger.Incarnation, error
 	return all(ctx, b, bucketNodes, decodeIncarnation)
 }
 
-// UsageOf implements ledger.Store: id's most recent accepted usage, newest
-// first, at most limit (and at most Options.UsageHistory) events.
-func (b *backend) UsageOf(ctx context.Context, id core.AccountID, limit int) (out []ledger.Usage, err error) {
-	if limit <= 0 {
-		return nil, fmt.Errorf("%w: usage limit %d", ledger.ErrInvalid, limit)
-	}
-	err = b.view(ctx, func(x *boltTx) error {
-		if _, err := x.Account(id); err != nil {
-			return err
-		}
-		u := x.bucket(bucketUsage).Bucket([]byte(id))
-		if u == nil {
-			return nil
-		}
-		return eachUsageBack(u, b.history, 0, func(_ uint64, e ledger.Usage) bool {
-			out = append(out, e)
-			return len(out) < limit
-		})
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
+// RecentUsage implements txn.Queries: id's most recent accepted usage,
+// newest first, at most limit (and at most Options.UsageHistory) events.
+func (b *backend) RecentUsage(ctx context.Context, id core.AccountID, limit int) ([]ledger.Usage, error) {
+	out, _, err := b.UsagePage(ctx, id, 0, limit)
+	return out, err
 }
 
 // Keys implements ledger.Store: account's keys (every key for ""), in id
@@ -241,15 +195,9 @@ func (b *backend) SecretFingerprint(ctx context.Context) (fp [32]byte, ok bool, 
 	return fp, ok, err
 }
 
-// AuditLog implements ledger.Store: up to limit records with Seq > after,
+// AuditAfter implements txn.Queries: up to limit records with Seq > after,
 // ascending.
-func (b *backend) AuditLog(ctx context.Context, after uint64, limit int) (out []ledger.AuditRecord, err error) {
-	if limit <= 0 {
-		return nil, fmt.Errorf("%w: audit limit %d", ledger.ErrInvalid, limit)
-	}
-	if after == ^uint64(0) {
-		return nil, nil
-	}
+func (b *backend) AuditAfter(ctx context.Context, after uint64, limit int) (out []ledger.AuditRecord, err error) {
 	err = b.view(ctx, func(x *boltTx) error {
 		c := x.bucket(bucketAudit).Cursor()
 		for k, v := c.Seek(u64Key(after + 1)); k != nil && len(out) < limit; k, v = c.Next() {

@@ -63,7 +63,7 @@ import (
 //	admintokens admin token id → admin token (the bootstrap one is "bootstrap")
 //	marks     node id → the last spool sequence its settlements covered
 //	          (the holder name of an incarnation: ledger.Incarnation.Holder)
-//	nodes     node id → its current incarnation (incarnations.go)
+//	nodes     node id → its current incarnation
 //	held      holder ⧺ lease id → nil: leases not released, for LeasesOf
 //	audit     sequence → audit record
 var (
@@ -103,7 +103,7 @@ var (
 // one admin token), 3 (accounts without Repaid, leases without Holder,
 // and debts beside balances), 4 (usage history one record per event,
 // which schema 5 reads beside its runs: history.go) or 5 (no incarnations,
-// no held index, leases without their grace: incarnations.go) in the
+// no held index, leases without their grace: migrate.go) in the
 // transaction that opens it, and refuses any other. The bump matters: an
 // older build refuses a newer file instead of writing records its indexes
 // miss or its rules would break (for schema 2, finding no admin token and

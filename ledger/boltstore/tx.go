@@ -2,11 +2,9 @@ package boltstore
 
 import (
 	"bytes"
-	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -45,23 +43,7 @@ func (x *boltTx) Account(id core.AccountID) (ledger.Account, error) {
 
 // LockAccounts implements txn.Tx: ids and their ancestors, each once.
 func (x *boltTx) LockAccounts(ids []core.AccountID) ([]ledger.Account, error) {
-	seen := make(map[core.AccountID]bool, 3*len(ids))
-	var out []ledger.Account
-	for _, id := range ids {
-		for next := id; next != "" && !seen[next]; {
-			a, err := x.Account(next)
-			if errors.Is(err, ledger.ErrNotFound) {
-				break // the scripts' ancestry reports it
-			}
-			if err != nil {
-				return nil, err
-			}
-			seen[next] = true
-			out = append(out, a)
-			next = a.Parent
-		}
-	}
-	return out, nil
+	return txn.WithAncestors(ids, x.Account)
 }
 
 // DueAccounts implements txn.Tx: it walks the due index (accounts by
@@ -153,11 +135,7 @@ func (x *boltTx) LockLeases(ids []uint64) ([]ledger.LeaseRecord, error) {
 // by ExpiresAt, then id) from the oldest up to now, so it reads only
 // leases that have expired, and picks those past their ReclaimableAt.
 func (x *boltTx) DueLeases(now, grace int64, limit int) ([]ledger.LeaseRecord, error) {
-	type dueLease struct {
-		rec ledger.LeaseRecord
-		at  int64
-	}
-	var due []dueLease
+	var expired []ledger.LeaseRecord
 	c := x.bucket(bucketExpiry).Cursor()
 	for k, _ := c.First(); k != nil && keyTime(k) <= now; k, _ = c.Next() {
 		if len(k) != 16 {
@@ -167,18 +145,9 @@ func (x *boltTx) DueLeases(now, grace int64, limit int) ([]ledger.LeaseRecord, e
 		if err != nil {
 			return nil, fmt.Errorf("%w: expiry index names lease %d: %w", ErrCorrupt, seqOf(k[8:]), err)
 		}
-		if at, ok := ledger.ReclaimableAt(&rec.Lease, grace); ok && at <= now {
-			due = append(due, dueLease{rec, at})
-		}
+		expired = append(expired, rec)
 	}
-	slices.SortFunc(due, func(a, b dueLease) int {
-		return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.rec.ID, b.rec.ID))
-	})
-	out := make([]ledger.LeaseRecord, min(limit, len(due)))
-	for i := range out {
-		out[i] = due[i].rec
-	}
-	return out, nil
+	return txn.DueFirst(expired, now, grace, limit), nil
 }
 
 // NextLeaseID implements txn.Tx: the store-global lease sequence (rolled

@@ -46,28 +46,38 @@ type Backend interface {
 }
 
 // Queries are the reads of ledger.Store a backend answers from its own
-// indexes, each from one snapshot, plus Ancestry, from which Store
+// indexes, each from one snapshot. Store promotes them, and checks the
+// arguments of the paged and bounded ones (AccountPage, LeasePage,
+// UsagePage, RecentUsage, AuditAfter) before it asks; from Ancestry it
 // derives the funding evidence.
 type Queries interface {
 	Account(ctx context.Context, id core.AccountID) (ledger.Account, error)
 	Accounts(ctx context.Context) ([]ledger.Account, error)
 	Children(ctx context.Context, id core.AccountID) ([]core.AccountID, error)
-	// Ancestry reads id and its ancestors, leaf first: ErrNotFound for an
-	// unknown id.
+	// Ancestry reads id and its ancestors, leaf first (ReadAncestry).
 	Ancestry(ctx context.Context, id core.AccountID) (ledger.Ancestry, error)
-	ListAccounts(ctx context.Context, f ledger.AccountFilter, p ledger.Page) ([]ledger.Account, string, error)
+	// AccountPage is ListAccounts after the checks: after is "" or a
+	// valid id, f.Parent "" or a valid id, limit positive.
+	AccountPage(ctx context.Context, f ledger.AccountFilter, after string, limit int) ([]ledger.Account, string, error)
 	Leases(ctx context.Context, active bool) ([]ledger.Lease, error)
 	LeasesOf(ctx context.Context, holder string) ([]ledger.Lease, error)
-	ListLeases(ctx context.Context, active bool, p ledger.Page) ([]ledger.Lease, string, error)
+	// LeasePage is ListLeases after the checks: the leases after the id
+	// after (below the largest), limit positive.
+	LeasePage(ctx context.Context, active bool, after uint64, limit int) ([]ledger.Lease, string, error)
 	ExportMark(ctx context.Context, node string) (uint64, error)
 	Incarnations(ctx context.Context) ([]ledger.Incarnation, error)
-	UsageOf(ctx context.Context, id core.AccountID, limit int) ([]ledger.Usage, error)
-	ListUsage(ctx context.Context, id core.AccountID, p ledger.Page) ([]ledger.Usage, string, error)
+	// RecentUsage is UsageOf after the checks: limit positive.
+	RecentUsage(ctx context.Context, id core.AccountID, limit int) ([]ledger.Usage, error)
+	// UsagePage is ListUsage after the checks: id valid, the events below
+	// the sequence before (0: from the newest), limit positive.
+	UsagePage(ctx context.Context, id core.AccountID, before uint64, limit int) ([]ledger.Usage, string, error)
 	Keys(ctx context.Context, account core.AccountID) ([]ledger.Key, error)
 	PlatformTokens(ctx context.Context) ([]ledger.PlatformToken, error)
 	AdminTokens(ctx context.Context) ([]ledger.AdminToken, error)
 	SecretFingerprint(ctx context.Context) (fp [32]byte, ok bool, err error)
-	AuditLog(ctx context.Context, after uint64, limit int) ([]ledger.AuditRecord, error)
+	// AuditAfter is AuditLog after the checks: after below the largest
+	// sequence, limit positive.
+	AuditAfter(ctx context.Context, after uint64, limit int) ([]ledger.AuditRecord, error)
 	Check(ctx context.Context) error
 	Close() error
 }

@@ -261,13 +261,3 @@ func (s *Store) Rollover(ctx context.Context, now int64, limit int) (moved int, 
 	}
 	return moved, nil
 }
-
-// Evidence implements ledger.Store, from the stored state: PeriodEnd tells
-// the reader until when it holds.
-func (s *Store) Evidence(ctx context.Context, id core.AccountID) (ledger.Evidence, error) {
-	an, err := s.b.Ancestry(ctx, id)
-	if err != nil {
-		return ledger.Evidence{}, err
-	}
-	return ledger.EvidenceOf(an.Chain())
-}
