@@ -1,8 +1,8 @@
 package txn
 
 import (
+	"cmp"
 	"fmt"
-	"maps"
 	"reflect"
 	"slices"
 
@@ -182,13 +182,13 @@ func (w *work) LeaseFunders(id uint64) (*ledger.LeaseRecord, []*ledger.Account, 
 // in id order, and announces whose funds moved.
 func (w *work) flush() error {
 	var accts []AccountWrite
-	for _, id := range slices.Sorted(maps.Keys(w.accounts)) {
+	for _, id := range sortedKeys(w.accounts) {
 		if h := w.accounts[id]; !sameAccount(&h.was, &h.now) {
 			accts = append(accts, AccountWrite{Was: &h.was, Now: &h.now})
 		}
 	}
 	var leases []LeaseWrite
-	for _, id := range slices.Sorted(maps.Keys(w.leases)) {
+	for _, id := range sortedKeys(w.leases) {
 		h := w.leases[id]
 		switch {
 		case h.new:
@@ -210,6 +210,16 @@ func (w *work) flush() error {
 		return a.AnnounceFunds(moved)
 	}
 	return nil
+}
+
+// sortedKeys returns m's keys in order.
+func sortedKeys[K cmp.Ordered, V any](m map[K]V) []K {
+	keys := make([]K, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 // write hands the changed records to the backend: all at once to a
