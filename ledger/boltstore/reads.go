@@ -134,13 +134,6 @@ func (b *backend) Incarnations(ctx context.Context) ([]ledger.Incarnation, error
 	return all(ctx, b, bucketNodes, decodeIncarnation)
 }
 
-// RecentUsage implements txn.Queries: id's most recent accepted usage,
-// newest first, at most limit (and at most Options.UsageHistory) events.
-func (b *backend) RecentUsage(ctx context.Context, id core.AccountID, limit int) ([]ledger.Usage, error) {
-	out, _, err := b.UsagePage(ctx, id, 0, limit)
-	return out, err
-}
-
 // Keys implements ledger.Store: account's keys (every key for ""), in id
 // order. One account's keys are read through the account index.
 func (b *backend) Keys(ctx context.Context, account core.AccountID) (out []ledger.Key, err error) {

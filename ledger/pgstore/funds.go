@@ -26,7 +26,6 @@ package pgstore
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 
@@ -152,20 +151,11 @@ func (s *Store) EvidenceBelow(ctx context.Context, ids []core.AccountID) (map[co
 // accounts in the subtree of one of roots, over its chain (which accounts
 // holds: the query selects the roots' ancestors too).
 func evidenceBelow(accounts []*ledger.Account, roots []string, out map[core.AccountID]ledger.Evidence) error {
-	byID := make(map[core.AccountID]*ledger.Account, len(accounts))
-	for _, a := range accounts {
-		byID[a.ID] = a
-	}
 	isRoot := make(map[core.AccountID]bool, len(roots))
 	for _, r := range roots {
 		isRoot[core.AccountID(r)] = true
 	}
-	read := func(id core.AccountID) (*ledger.Account, error) {
-		if a, ok := byID[id]; ok {
-			return a, nil
-		}
-		return nil, fmt.Errorf("%w: account %q", ledger.ErrNotFound, id)
-	}
+	read := among(accounts)
 	for _, a := range accounts {
 		an, err := txn.ReadAncestry(a.ID, read)
 		if err != nil {

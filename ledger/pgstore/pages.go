@@ -116,13 +116,8 @@ func (b *backend) LeasePage(ctx context.Context, active bool, after uint64, limi
 
 // UsagePage implements txn.Queries: newest first, so the cursor is the
 // sequence number of the last (oldest) event listed.
-func (b *backend) UsagePage(ctx context.Context, id core.AccountID, before uint64, limit int) ([]ledger.Usage, string, error) {
-	return b.usage(ctx, id, before, int64(min(limit, ledger.MaxPageScan)))
-}
-
-// usage reads a page of up to limit of id's events below the sequence
-// before (0: from the newest), newest first.
-func (b *backend) usage(ctx context.Context, id core.AccountID, before uint64, limit int64) (out []ledger.Usage, next string, err error) {
+func (b *backend) UsagePage(ctx context.Context, id core.AccountID, before uint64, limit int) (out []ledger.Usage, next string, err error) {
+	limit = int(min(int64(limit), b.history))
 	query := "SELECT seq, " + usageColumns + " FROM usage WHERE account = $1 ORDER BY seq DESC LIMIT $2"
 	args := []any{string(id), limit + 1}
 	if before != 0 {
@@ -153,7 +148,7 @@ func (b *backend) usage(ctx context.Context, id core.AccountID, before uint64, l
 	if err != nil {
 		return nil, "", err
 	}
-	page, next, _ := pageOf(events, int(limit), func(n numbered) string { return strconv.FormatInt(n.seq, 10) })
+	page, next, _ := pageOf(events, limit, func(n numbered) string { return strconv.FormatInt(n.seq, 10) })
 	for _, n := range page {
 		out = append(out, n.u)
 	}

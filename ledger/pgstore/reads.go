@@ -63,16 +63,35 @@ func (b *backend) Children(ctx context.Context, id core.AccountID) ([]core.Accou
 	return out, nil
 }
 
-// Ancestry implements txn.Queries, from the committed state.
-func (b *backend) Ancestry(ctx context.Context, id core.AccountID) (an ledger.Ancestry, err error) {
-	err = b.view(ctx, func(tx pgx.Tx) error {
-		an, err = txn.ReadAncestry(id, func(id core.AccountID) (*ledger.Account, error) {
-			a, err := readAccount(ctx, tx, id)
-			return &a, err
-		})
-		return err
-	})
-	return an, err
+// Ancestry implements txn.Queries, in one statement.
+func (b *backend) Ancestry(ctx context.Context, id core.AccountID) (ledger.Ancestry, error) {
+	if id.Validate() != nil {
+		return nil, fmt.Errorf("%w: account %q", ledger.ErrNotFound, id)
+	}
+	chain, err := collect(ctx, b.pool, scanAccountPtr, chainSQL, []string{string(id)})
+	if err != nil {
+		return nil, err
+	}
+	return txn.ReadAncestry(id, among(chain))
+}
+
+func scanAccountPtr(row pgx.Row) (*ledger.Account, error) {
+	a, err := scanAccount(row)
+	return &a, err
+}
+
+// among reads accounts from accts.
+func among(accts []*ledger.Account) func(core.AccountID) (*ledger.Account, error) {
+	byID := make(map[core.AccountID]*ledger.Account, len(accts))
+	for _, a := range accts {
+		byID[a.ID] = a
+	}
+	return func(id core.AccountID) (*ledger.Account, error) {
+		if a, ok := byID[id]; ok {
+			return a, nil
+		}
+		return nil, fmt.Errorf("%w: account %q", ledger.ErrNotFound, id)
+	}
 }
 
 // Leases implements ledger.Store: every lease, or only the active ones
@@ -136,13 +155,6 @@ func scanIncarnation(row pgx.Row) (ledger.Incarnation, error) {
 // Incarnations implements ledger.Store.
 func (b *backend) Incarnations(ctx context.Context) ([]ledger.Incarnation, error) {
 	return collect(ctx, b.pool, scanIncarnation, "SELECT "+incarnationColumns+" FROM nodes ORDER BY node")
-}
-
-// RecentUsage implements txn.Queries: id's most recent accepted usage,
-// newest first, at most limit (and at most Options.UsageHistory) events.
-func (b *backend) RecentUsage(ctx context.Context, id core.AccountID, limit int) ([]ledger.Usage, error) {
-	out, _, err := b.usage(ctx, id, 0, min(int64(limit), b.history))
-	return out, err
 }
 
 const usageColumns = "event_id, source, lease_id, token, units, occurred_at"

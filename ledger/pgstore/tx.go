@@ -102,14 +102,18 @@ func (x *pgTx) Account(id core.AccountID) (ledger.Account, error) {
 	return readAccount(x.ctx, x.tx, id)
 }
 
-// lockAccountsSQL locks the accounts named by $1 and all their ancestors,
-// in id order (the lock is taken row by row as the sorted rows come out).
-const lockAccountsSQL = `WITH RECURSIVE chain (id, parent) AS (
+// chainSQL reads the accounts named by $1 and all their ancestors, in id
+// order; lockAccountsSQL locks them too (row by row as the sorted rows
+// come out).
+const (
+	chainSQL = `WITH RECURSIVE chain (id, parent) AS (
 		SELECT id, parent FROM accounts WHERE id = ANY($1::text[])
 		UNION
 		SELECT a.id, a.parent FROM accounts a JOIN chain c ON a.id = c.parent)
 	SELECT ` + accountColumns + ` FROM accounts WHERE id IN (SELECT id FROM chain)
-	ORDER BY id FOR NO KEY UPDATE OF accounts`
+	ORDER BY id`
+	lockAccountsSQL = chainSQL + " FOR NO KEY UPDATE OF accounts"
+)
 
 // LockAccounts implements txn.Tx, in one statement. Accounts are locked
 // FOR NO KEY UPDATE (they never change their key), so rows that reference

@@ -48,8 +48,8 @@ type Backend interface {
 // Queries are the reads of ledger.Store a backend answers from its own
 // indexes, each from one snapshot. Store promotes them, and checks the
 // arguments of the paged and bounded ones (AccountPage, LeasePage,
-// UsagePage, RecentUsage, AuditAfter) before it asks; from Ancestry it
-// derives the funding evidence.
+// UsagePage, AuditAfter) before it asks; from Ancestry it derives the
+// funding evidence.
 type Queries interface {
 	Account(ctx context.Context, id core.AccountID) (ledger.Account, error)
 	Accounts(ctx context.Context) ([]ledger.Account, error)
@@ -66,10 +66,11 @@ type Queries interface {
 	LeasePage(ctx context.Context, active bool, after uint64, limit int) ([]ledger.Lease, string, error)
 	ExportMark(ctx context.Context, node string) (uint64, error)
 	Incarnations(ctx context.Context) ([]ledger.Incarnation, error)
-	// RecentUsage is UsageOf after the checks: limit positive.
-	RecentUsage(ctx context.Context, id core.AccountID, limit int) ([]ledger.Usage, error)
-	// UsagePage is ListUsage after the checks: id valid, the events below
-	// the sequence before (0: from the newest), limit positive.
+	// UsagePage reads id's recent accepted usage, newest first: up to
+	// limit events (and no more than the backend's history holds) below
+	// the sequence before (0: from the newest), and the cursor of what
+	// follows. UsageOf and ListUsage call it after the checks: id valid,
+	// limit positive.
 	UsagePage(ctx context.Context, id core.AccountID, before uint64, limit int) ([]ledger.Usage, string, error)
 	Keys(ctx context.Context, account core.AccountID) ([]ledger.Key, error)
 	PlatformTokens(ctx context.Context) ([]ledger.PlatformToken, error)

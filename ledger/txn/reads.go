@@ -73,12 +73,16 @@ func (s *Store) UsageOf(ctx context.Context, id core.AccountID, limit int) ([]le
 	if limit <= 0 {
 		return nil, fmt.Errorf("%w: usage limit %d", ledger.ErrInvalid, limit)
 	}
-	return s.b.RecentUsage(ctx, id, limit)
+	if id.Validate() != nil {
+		return nil, fmt.Errorf("%w: account %q", ledger.ErrNotFound, id)
+	}
+	events, _, err := s.b.UsagePage(ctx, id, 0, limit)
+	return events, err
 }
 
 // ListUsage implements ledger.Store: newest first, so the cursor is the
 // sequence of the last (oldest) event listed, and the next page starts
-// below it.
+// below it. A page holds at most ledger.MaxPageScan events.
 func (s *Store) ListUsage(ctx context.Context, id core.AccountID, p ledger.Page) ([]ledger.Usage, string, error) {
 	if err := p.Check(); err != nil {
 		return nil, "", err
@@ -90,7 +94,7 @@ func (s *Store) ListUsage(ctx context.Context, id core.AccountID, p ledger.Page)
 	if id.Validate() != nil {
 		return nil, "", fmt.Errorf("%w: account %q", ledger.ErrNotFound, id)
 	}
-	return s.b.UsagePage(ctx, id, before, p.Limit)
+	return s.b.UsagePage(ctx, id, before, min(p.Limit, ledger.MaxPageScan))
 }
 
 // AuditLog implements ledger.Store: up to limit records with Seq > after,
