@@ -16,7 +16,6 @@ package boltstore
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 
@@ -32,8 +31,9 @@ const (
 	recordV3 = 3 // leases: + Grace
 )
 
-// ErrCorrupt reports a stored record that does not decode.
-var ErrCorrupt = errors.New("boltstore: corrupt record")
+// ErrCorrupt reports a stored record that does not decode, or an index
+// that disagrees with the records.
+var ErrCorrupt = ledger.ErrCorrupt
 
 type encoder struct{ b []byte }
 
@@ -400,6 +400,29 @@ func decodeAudit(seq uint64, v []byte) (ledger.AuditRecord, error) {
 	r.Before = d.optional()
 	r.After = d.optional()
 	return r, d.done()
+}
+
+func encodeIncarnation(i *ledger.Incarnation) []byte {
+	e := newEncoder(24)
+	e.uint(i.Number)
+	e.int(i.Grace)
+	e.int(i.StartedAt)
+	return e.b
+}
+
+func decodeIncarnation(node []byte, v []byte) (ledger.Incarnation, error) {
+	d := newDecoder("incarnation", v)
+	i := ledger.Incarnation{Node: string(node)}
+	i.Number = d.uint()
+	i.Grace = d.int()
+	i.StartedAt = d.int()
+	if err := d.done(); err != nil {
+		return ledger.Incarnation{}, fmt.Errorf("node %q: %w", node, err)
+	}
+	if i.Number == 0 || i.Grace < ledger.NoGrace {
+		return ledger.Incarnation{}, fmt.Errorf("%w: node %q: incarnation %d, grace %d", ErrCorrupt, node, i.Number, i.Grace)
+	}
+	return i, nil
 }
 
 // u64Key is v big-endian: numeric order is byte order.
