@@ -33,7 +33,7 @@ func (s *Store) SetAdminTokenDigest(ctx context.Context, d [32]byte) (stored boo
 			return nil
 		}
 		stored = true
-		t := ledger.AdminToken{ID: ledger.BootstrapAdminTokenID, Name: ledger.BootstrapAdminTokenID, Digest: d}
+		t := ledger.AdminToken{ID: ledger.BootstrapAdminTokenID, Name: ledger.BootstrapAdminTokenID, Digest: d, Role: ledger.RoleAdmin}
 		return admins.Put(id, encodeAdminToken(&t))
 	})
 	return stored && err == nil, err
@@ -45,8 +45,8 @@ func (s *Store) AddAdminToken(ctx context.Context, t ledger.AdminToken) error {
 	if err := validName("admin token", t.ID); err != nil {
 		return err
 	}
-	if t.ID == ledger.BootstrapAdminTokenID || len(t.Name) > maxNameLen {
-		return fmt.Errorf("%w: admin token %q named %q", ledger.ErrInvalid, t.ID, t.Name)
+	if t.ID == ledger.BootstrapAdminTokenID || len(t.Name) > maxNameLen || !ledger.ValidRole(t.Role) {
+		return fmt.Errorf("%w: admin token %q named %q with role %q", ledger.ErrInvalid, t.ID, t.Name, t.Role)
 	}
 	return s.update(ctx, func(x *txn) error {
 		admins := x.bucket(bucketAdmins)

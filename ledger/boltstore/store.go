@@ -101,14 +101,16 @@ var (
 // children or event-age index), 2 (keys without name, expiry or last use;
 // one admin token), 3 (accounts without Repaid, leases without Holder,
 // and debts beside balances), 4 (usage history one record per event,
-// which schema 5 reads beside its runs: history.go) or 5 (no incarnations,
-// no held index, leases without their grace: incarnations.go) in the
+// which schema 5 reads beside its runs: history.go), 5 (no incarnations,
+// no held index, leases without their grace: incarnations.go) or 6 (admin
+// tokens without a role: each is an admin) in the
 // transaction that opens it, and refuses any other. The bump matters: an
 // older build refuses a newer file instead of writing records its indexes
 // miss or its rules would break (for schema 2, finding no admin token and
 // generating a second one; for schema 4, failing on every usage run it
-// reads; for schema 5, leases it cannot decode).
-const schemaVersion = 6
+// reads; for schema 5, leases it cannot decode; for schema 6, admin tokens
+// with a role, which it would take for all-powerful).
+const schemaVersion = 7
 
 // migrateFrom3 settles the debts schemas up to 3 let stand beside a
 // balance: schema 4 repays overage from arriving funds first (ledger.Repay), and
@@ -211,7 +213,7 @@ func migrateFrom2(tx *bolt.Tx) error {
 	if len(d) != 32 {
 		return fmt.Errorf("%w: admin token digest of %d bytes", ErrCorrupt, len(d))
 	}
-	t := ledger.AdminToken{ID: ledger.BootstrapAdminTokenID, Name: ledger.BootstrapAdminTokenID, Digest: [32]byte(d)}
+	t := ledger.AdminToken{ID: ledger.BootstrapAdminTokenID, Name: ledger.BootstrapAdminTokenID, Digest: [32]byte(d), Role: ledger.RoleAdmin}
 	if err := admins.Put([]byte(t.ID), encodeAdminToken(&t)); err != nil {
 		return err
 	}
@@ -297,6 +299,9 @@ func Open(path string, opts Options) (*Store, error) {
 			if err := migrateFrom5(tx); err != nil {
 				return fmt.Errorf("boltstore: %s: upgrading schema 5: %w", path, err)
 			}
+		case string(schema) == string(u64Key(6)):
+			// Schema 7 gave admin tokens a role; a token of schema 6 reads
+			// as an admin (codec.go): nothing to rewrite.
 		case string(schema) != string(u64Key(schemaVersion)):
 			return fmt.Errorf("boltstore: %s has schema %x, this build reads %d", path, schema, schemaVersion)
 		}

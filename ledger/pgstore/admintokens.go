@@ -10,12 +10,12 @@ import (
 	"github.com/tollgated/tollgated/ledger"
 )
 
-const adminTokenColumns = "id, name, digest, created_at, revoked"
+const adminTokenColumns = "id, name, digest, created_at, revoked, role"
 
 func scanAdminToken(row pgx.Row) (ledger.AdminToken, error) {
 	var t ledger.AdminToken
 	var digest []byte
-	if err := row.Scan(&t.ID, &t.Name, &digest, &t.CreatedAt, &t.Revoked); err != nil {
+	if err := row.Scan(&t.ID, &t.Name, &digest, &t.CreatedAt, &t.Revoked, &t.Role); err != nil {
 		return t, err
 	}
 	if len(digest) != len(t.Digest) {
@@ -44,8 +44,8 @@ func (s *Store) AdminTokenDigest(ctx context.Context) (d [32]byte, ok bool, err 
 // bootstrap token is never replaced.
 func (s *Store) SetAdminTokenDigest(ctx context.Context, d [32]byte) (stored bool, err error) {
 	err = s.update(ctx, func(x *txn) error {
-		tag, err := x.tx.Exec(ctx, "INSERT INTO admin_tokens ("+adminTokenColumns+") VALUES ($1, $1, $2, 0, false) ON CONFLICT (id) DO NOTHING",
-			ledger.BootstrapAdminTokenID, d[:])
+		tag, err := x.tx.Exec(ctx, "INSERT INTO admin_tokens ("+adminTokenColumns+") VALUES ($1, $1, $2, 0, false, $3) ON CONFLICT (id) DO NOTHING",
+			ledger.BootstrapAdminTokenID, d[:], ledger.RoleAdmin)
 		stored = err == nil && tag.RowsAffected() == 1
 		if stored {
 			x.change(ChangeAdminToken, "", "", ledger.BootstrapAdminTokenID)
@@ -67,9 +67,12 @@ func (s *Store) AddAdminToken(ctx context.Context, t ledger.AdminToken) error {
 	if err := validLabel("admin token name", t.Name); err != nil {
 		return err
 	}
+	if !ledger.ValidRole(t.Role) {
+		return fmt.Errorf("%w: admin token %q has no role %q", ledger.ErrInvalid, t.ID, t.Role)
+	}
 	return s.update(ctx, func(x *txn) error {
-		tag, err := x.tx.Exec(ctx, "INSERT INTO admin_tokens ("+adminTokenColumns+") VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id) DO NOTHING",
-			t.ID, t.Name, t.Digest[:], t.CreatedAt, t.Revoked)
+		tag, err := x.tx.Exec(ctx, "INSERT INTO admin_tokens ("+adminTokenColumns+") VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (id) DO NOTHING",
+			t.ID, t.Name, t.Digest[:], t.CreatedAt, t.Revoked, t.Role)
 		if err != nil {
 			return err
 		}
