@@ -129,6 +129,7 @@ func (s *Server) Serve(ln net.Listener, lim Limits) (*http.Server, error) {
 		}
 	}()
 	go s.sweepKeys(ctx)
+	go s.sampleHistory(ctx)
 	return srv, nil
 }
 
