@@ -80,7 +80,7 @@ type Config struct {
 	Log      zerolog.Logger // the zero Logger logs nothing
 	Rand     io.Reader      // secrets and ids; nil means crypto/rand
 	// Holdings, when set, tells the account view what this node's leases
-	// hold unspent, so "available" counts it (see fundsView). Optional.
+	// hold unspent, so "can_spend" counts it (see fundsView). Optional.
 	Holdings Holdings
 	// Tracing makes the admin requests' spans (tracing.go); nil means the
 	// process's global provider (a no-op unless one was set).
