@@ -126,13 +126,15 @@ func label(m *dto.Metric, name string) string {
 }
 
 // metricsHistory: GET /v1/metrics/history → the samples, oldest first,
-// and the interval they were taken at.
+// the interval they were taken at, and the node's clock now (Unix ms), so
+// a reader on another clock can place them on its own.
 func (s *Server) metricsHistory(w http.ResponseWriter, r *http.Request) error {
 	if _, err := readQuery(r); err != nil {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, struct {
 		IntervalMs int64           `json:"interval_ms"`
+		NowMs      int64           `json:"now_ms"`
 		Samples    []historySample `json:"samples"`
-	}{historyInterval.Milliseconds(), s.hist.ordered()})
+	}{historyInterval.Milliseconds(), s.now() / int64(time.Millisecond), s.hist.ordered()})
 }

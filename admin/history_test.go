@@ -52,13 +52,14 @@ func TestMetricsHistoryKeepsTheRecentPastOfTheDrawnSeries(t *testing.T) {
 	status, b := get("/v1/metrics/history")
 	var got struct {
 		IntervalMs int64           `json:"interval_ms"`
+		NowMs      int64           `json:"now_ms"`
 		Samples    []historySample `json:"samples"`
 	}
 	if status != http.StatusOK || json.Unmarshal(b, &got) != nil {
 		t.Fatalf("history: %d %s", status, b)
 	}
-	if got.IntervalMs != 2000 || len(got.Samples) != historySamples {
-		t.Fatalf("interval %d, %d samples", got.IntervalMs, len(got.Samples))
+	if got.IntervalMs != 2000 || len(got.Samples) != historySamples || got.NowMs != h.now.Load()/1e6 {
+		t.Fatalf("interval %d, now %d, %d samples", got.IntervalMs, got.NowMs, len(got.Samples))
 	}
 	first, last := got.Samples[0], got.Samples[len(got.Samples)-1]
 	if first.At != (startNs+5*int64(historyInterval))/1e6 || last.At != (startNs+int64(historySamples+4)*int64(historyInterval))/1e6 {
