@@ -13,8 +13,9 @@ import (
 // The recent past of the node's traffic, for the dashboard: a new tab
 // draws the last minutes at once instead of only what it saw since it
 // opened. The node samples, every historyInterval, the series the
-// dashboard draws from its own registry (what /metrics serves), and keeps
-// the last historySamples of them: a fixed ring, the oldest sample
+// dashboard draws (Config.History: the same collectors /metrics serves,
+// without the runtime's and the process's, which cost more to read), and
+// keeps the last historySamples of them: a fixed ring, the oldest sample
 // overwritten by the newest. GET /v1/metrics/history serves them.
 const (
 	historyInterval = 2 * time.Second
@@ -62,7 +63,17 @@ func (h *history) ordered() []historySample {
 	return append(out, h.samples[:h.next]...)
 }
 
-// sampleHistory samples the registry every historyInterval until ctx ends.
+// KeepHistory starts sampling Config.History every historyInterval, until
+// the listener Serve started shuts down. Call it after Serve, once what
+// History reads may be read (the daemon: once its data plane serves).
+func (s *Server) KeepHistory() {
+	if s.history == nil || s.served == nil {
+		return
+	}
+	go s.sampleHistory(s.served)
+}
+
+// sampleHistory samples History every historyInterval until ctx ends.
 func (s *Server) sampleHistory(ctx context.Context) {
 	t := time.NewTicker(historyInterval)
 	defer t.Stop()
@@ -77,10 +88,10 @@ func (s *Server) sampleHistory(ctx context.Context) {
 	}
 }
 
-// sampleOnce adds one sample of the registry to the history. A gather that
+// sampleOnce adds one sample of History to the history. A gather that
 // fails in part still yields the families it could read.
 func (s *Server) sampleOnce() {
-	families, err := s.reg.Gather()
+	families, err := s.history.Gather()
 	if err != nil {
 		s.log.Debug().Err(err).Msg("admin: sampling the metrics history: some series failed")
 	}

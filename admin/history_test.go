@@ -21,7 +21,8 @@ func TestMetricsHistoryKeepsTheRecentPastOfTheDrawnSeries(t *testing.T) {
 	// A Server of its own, not serving: only this test samples it.
 	hasher, _ := credential.NewHasher(testSecret)
 	reg := prometheus.NewRegistry()
-	srv, err := New(Config{Store: h.store, Hasher: hasher, Publisher: h.pub, Registry: reg, Now: h.now.Load})
+	srv, err := New(Config{Store: h.store, Hasher: hasher, Publisher: h.pub, Registry: prometheus.NewRegistry(), History: reg,
+		Now: h.now.Load})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -94,6 +94,11 @@ type Config struct {
 	// /healthz answers 503 storage-full or storage-failed while it does
 	// not. Optional.
 	Storage func() StorageState
+	// History holds the series the dashboard draws, whose recent past
+	// GET /v1/metrics/history serves once KeepHistory is called: a
+	// gatherer of those alone keeps the sampling cheap. Optional (none
+	// kept without it).
+	History prometheus.Gatherer
 }
 
 // StorageState is whether the node can make billed usage durable, as
@@ -121,7 +126,9 @@ type Server struct {
 	eventLog EventLog
 	node     string
 	storage  func() StorageState
-	hist     history // the recent past of the dashboard's series (history.go)
+	hist     history             // the recent past of the dashboard's series (history.go)
+	history  prometheus.Gatherer // what hist samples; nil: nothing
+	served   context.Context     // ends when the listener Serve started shuts down
 
 	// mu serialises changes. The ledger makes each change atomic, but an
 	// audit record's before is read just ahead of the change: holding mu
@@ -146,7 +153,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		store: cfg.Store, hasher: cfg.Hasher, pub: cfg.Publisher, reg: cfg.Registry,
 		now: cfg.Now, log: cfg.Log, rand: cfg.Rand, holdings: cfg.Holdings, tracing: cfg.Tracing,
-		eventLog: cfg.Events, node: cfg.Node, storage: cfg.Storage,
+		eventLog: cfg.Events, node: cfg.Node, storage: cfg.Storage, history: cfg.History,
 	}
 	if s.reg == nil {
 		s.reg = prometheus.NewRegistry()
