@@ -64,13 +64,38 @@ func (h *history) ordered() []historySample {
 }
 
 // KeepHistory starts sampling Config.History every historyInterval, until
-// the listener Serve started shuts down. Call it after Serve, once what
-// History reads may be read (the daemon: once its data plane serves).
+// StopHistory (or until the listener Serve started shuts down). Call it
+// after Serve, once what History reads may be read (the daemon: once its
+// data plane serves), and call StopHistory before what it reads goes away:
+// a sampling runs outside any request, so shutting the listener down does
+// not wait for it.
 func (s *Server) KeepHistory() {
-	if s.history == nil || s.served == nil {
+	s.histMu.Lock()
+	defer s.histMu.Unlock()
+	if s.history == nil || s.served == nil || s.stopHistory != nil {
 		return
 	}
-	go s.sampleHistory(s.served)
+	ctx, cancel := context.WithCancel(s.served)
+	done := make(chan struct{})
+	s.stopHistory = func() {
+		cancel()
+		<-done
+	}
+	go func() {
+		defer close(done)
+		s.sampleHistory(ctx)
+	}()
+}
+
+// StopHistory stops the sampling KeepHistory started and returns once no
+// sampling runs. Calling it without KeepHistory, or again, does nothing.
+func (s *Server) StopHistory() {
+	s.histMu.Lock()
+	stop := s.stopHistory
+	s.histMu.Unlock()
+	if stop != nil {
+		stop()
+	}
 }
 
 // sampleHistory samples History every historyInterval until ctx ends.

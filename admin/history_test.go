@@ -2,11 +2,14 @@ package admin
 
 import (
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/tollgated/tollgated/credential"
 )
@@ -76,5 +79,43 @@ func TestMetricsHistoryKeepsTheRecentPastOfTheDrawnSeries(t *testing.T) {
 	}
 	if status, b := get("/v1/metrics/history?minutes=5"); status != http.StatusBadRequest {
 		t.Fatalf("a query: %d %s", status, b)
+	}
+}
+
+// TestStopHistoryWaitsForTheSampler: once StopHistory returns, nothing
+// samples History any more (the daemon then stops what History reads);
+// calling it again, or without KeepHistory, is harmless.
+func TestStopHistoryWaitsForTheSampler(t *testing.T) {
+	h := newHarness(t)
+	var gathers atomic.Int64
+	g := prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+		gathers.Add(1)
+		return nil, nil
+	})
+	hasher, _ := credential.NewHasher(testSecret)
+	srv, err := New(Config{Store: h.store, Hasher: hasher, Publisher: h.pub, History: g})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.StopHistory() // before KeepHistory: nothing to stop
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs, err := srv.Serve(ln, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hs.Close()
+	srv.KeepHistory()
+	waitFor(t, func() bool { return gathers.Load() > 0 }) // it samples at once
+	srv.StopHistory()
+	n := gathers.Load()
+	srv.StopHistory()
+	if len(srv.hist.ordered()) != int(n) {
+		t.Fatalf("%d samples kept of %d gathers", len(srv.hist.ordered()), n)
+	}
+	if gathers.Load() != n {
+		t.Fatal("sampled after StopHistory returned")
 	}
 }

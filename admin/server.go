@@ -129,6 +129,10 @@ type Server struct {
 	hist     history             // the recent past of the dashboard's series (history.go)
 	history  prometheus.Gatherer // what hist samples; nil: nothing
 	served   context.Context     // ends when the listener Serve started shuts down
+	// stopHistory ends KeepHistory's sampling and waits for it; nil
+	// before KeepHistory. histMu guards it.
+	histMu      sync.Mutex
+	stopHistory func()
 
 	// mu serialises changes. The ledger makes each change atomic, but an
 	// audit record's before is read just ahead of the change: holding mu

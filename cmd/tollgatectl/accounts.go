@@ -350,40 +350,40 @@ func (a *app) printTree(f forest) error {
 }
 
 // printTreeJSON prints {"items":[…]}: the roots, each account as the API
-// answers it with a "children" array of its own children, nested.
+// answers it (its fields in the API's order) with a "children" array of its
+// own children, nested.
 func (a *app) printTreeJSON(f forest) error {
-	var node func(id string) (map[string]any, error)
-	node = func(id string) (map[string]any, error) {
-		d := json.NewDecoder(bytes.NewReader(f.byID[id]))
-		d.UseNumber() // amounts stay exact
-		var m map[string]any
-		if err := d.Decode(&m); err != nil {
-			return nil, err
+	var node func(id string) ([]byte, error)
+	node = func(id string) ([]byte, error) {
+		obj := bytes.TrimSpace(f.byID[id])
+		if len(obj) < 2 || obj[len(obj)-1] != '}' {
+			return nil, fmt.Errorf("the API answered account %s as something that is not a JSON object", id)
 		}
-		children := []any{}
-		for _, k := range f.kids[id] {
+		b := append(bytes.Clone(obj[:len(obj)-1]), `,"children":[`...)
+		for i, k := range f.kids[id] {
 			c, err := node(k)
 			if err != nil {
 				return nil, err
 			}
-			children = append(children, c)
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, c...)
 		}
-		m["children"] = children
-		return m, nil
+		return append(b, "]}"...), nil
 	}
-	items := []any{}
-	for _, id := range f.roots {
+	b := []byte(`{"items":[`)
+	for i, id := range f.roots {
 		n, err := node(id)
 		if err != nil {
 			return err
 		}
-		items = append(items, n)
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, n...)
 	}
-	raw, err := json.Marshal(map[string]any{"items": items})
-	if err != nil {
-		return err
-	}
-	return a.printJSON(raw)
+	return a.printJSON(append(b, "]}"...))
 }
 
 // spendAgainstBudget is "spent/allowance per period" for an account with a

@@ -421,6 +421,9 @@ func (d *daemon) drainUsage(deadline time.Time) {
 // drains requests, ends reservations, drains usage and releases leases),
 // then the background work, the spool and the ledger.
 func (d *daemon) shutdown() {
+	if d.adminAPI != nil {
+		d.adminAPI.StopHistory() // it reads the node, which stops below
+	}
 	if d.admin != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		d.admin.Shutdown(ctx)
@@ -439,6 +442,9 @@ func (d *daemon) shutdown() {
 
 // close releases what is open, in reverse order.
 func (d *daemon) close() {
+	if d.adminAPI != nil {
+		d.adminAPI.StopHistory()
+	}
 	if d.node != nil {
 		d.node.Shutdown(time.Now())
 	}
