@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/tollgated/tollgated/core"
@@ -279,7 +280,25 @@ type AdminToken struct {
 	Digest    [32]byte
 	CreatedAt int64
 	Revoked   bool
+	// Role is one of the AdminRoles: what the token may do is the admin
+	// API's business, the ledger keeps the name with the token. A token
+	// stored before roles existed is RoleAdmin, as is the bootstrap token.
+	Role string
 }
+
+// The admin token roles, from the most powerful down.
+const (
+	RoleAdmin    = "admin"    // everything
+	RoleOperator = "operator" // accounts, budgets, deposits, keys
+	RoleViewer   = "viewer"   // reads
+	RoleMetrics  = "metrics"  // /metrics only
+)
+
+// AdminRoles are the roles an admin token may have.
+var AdminRoles = []string{RoleAdmin, RoleOperator, RoleViewer, RoleMetrics}
+
+// ValidRole reports whether role is one of AdminRoles.
+func ValidRole(role string) bool { return slices.Contains(AdminRoles, role) }
 
 // BootstrapAdminTokenID is the id of the admin token SetAdminTokenDigest
 // stores: the one the daemon is first started with (from its environment,
@@ -484,7 +503,8 @@ type AdminStore interface {
 	SetAdminTokenDigest(ctx context.Context, d [32]byte) (stored bool, err error)
 	// AddAdminToken, RevokeAdminToken and AdminTokens manage the admin
 	// API's tokens with AddKey's idempotency and RevokeKey's; AdminTokens
-	// lists them in id order, the bootstrap token included.
+	// lists them in id order, the bootstrap token included (its Role is
+	// RoleAdmin). A Role that is not ValidRole is ErrInvalid.
 	AddAdminToken(ctx context.Context, t AdminToken) error
 	RevokeAdminToken(ctx context.Context, id string) (AdminToken, error)
 	AdminTokens(ctx context.Context) ([]AdminToken, error)

@@ -29,6 +29,8 @@ const (
 	recordV1 = 1
 	recordV2 = 2 // accounts: + Repaid; leases: + Holder
 	recordV3 = 3 // leases: + Grace
+	// Admin tokens: recordV2 (schema 7) + Role; a recordV1 token is
+	// ledger.RoleAdmin, every token's power before roles existed.
 )
 
 // ErrCorrupt reports a stored record that does not decode, or an index
@@ -344,21 +346,28 @@ func decodeSchema2Key(id []byte, v []byte) (ledger.Key, error) {
 }
 
 func encodeAdminToken(t *ledger.AdminToken) []byte {
-	e := newEncoder(48 + len(t.Name))
+	e := newEncoderV(56+len(t.Name), recordV2)
 	e.string(t.Name)
 	e.digest(t.Digest)
 	e.int(t.CreatedAt)
 	e.bool(t.Revoked)
+	e.string(t.Role)
 	return e.b
 }
 
 func decodeAdminToken(id []byte, v []byte) (ledger.AdminToken, error) {
-	d := newDecoder("admin token", v)
-	t := ledger.AdminToken{ID: string(id)}
+	d := newDecoderUpTo("admin token", v, recordV2)
+	t := ledger.AdminToken{ID: string(id), Role: ledger.RoleAdmin}
 	t.Name = d.string()
 	t.Digest = d.digest()
 	t.CreatedAt = d.int()
 	t.Revoked = d.bool()
+	if d.format >= recordV2 {
+		t.Role = d.string()
+	}
+	if d.err == nil && !ledger.ValidRole(t.Role) {
+		d.fail("admin token %s: unknown role %q", id, t.Role)
+	}
 	return t, d.done()
 }
 

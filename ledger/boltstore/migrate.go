@@ -43,6 +43,9 @@ func upgrade(tx *bolt.Tx, path string) error {
 		if err := migrateFrom5(tx); err != nil {
 			return fmt.Errorf("boltstore: %s: upgrading schema 5: %w", path, err)
 		}
+	case string(schema) == string(u64Key(6)):
+		// Schema 7 gave admin tokens a role; a token of schema 6 reads as
+		// an admin (codec.go): nothing to rewrite.
 	case string(schema) != string(u64Key(schemaVersion)):
 		return fmt.Errorf("boltstore: %s has schema %x, this build reads %d", path, schema, schemaVersion)
 	}
@@ -155,7 +158,7 @@ func migrateFrom2(tx *bolt.Tx) error {
 	if len(d) != 32 {
 		return fmt.Errorf("%w: admin token digest of %d bytes", ErrCorrupt, len(d))
 	}
-	t := ledger.AdminToken{ID: ledger.BootstrapAdminTokenID, Name: ledger.BootstrapAdminTokenID, Digest: [32]byte(d)}
+	t := ledger.AdminToken{ID: ledger.BootstrapAdminTokenID, Name: ledger.BootstrapAdminTokenID, Digest: [32]byte(d), Role: ledger.RoleAdmin}
 	if err := admins.Put([]byte(t.ID), encodeAdminToken(&t)); err != nil {
 		return err
 	}

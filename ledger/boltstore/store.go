@@ -102,14 +102,16 @@ var (
 // children or event-age index), 2 (keys without name, expiry or last use;
 // one admin token), 3 (accounts without Repaid, leases without Holder,
 // and debts beside balances), 4 (usage history one record per event,
-// which schema 5 reads beside its runs: history.go) or 5 (no incarnations,
-// no held index, leases without their grace: migrate.go) in the
+// which schema 5 reads beside its runs: history.go), 5 (no incarnations,
+// no held index, leases without their grace: migrate.go) or 6 (admin
+// tokens without a role: each is an admin) in the
 // transaction that opens it, and refuses any other. The bump matters: an
 // older build refuses a newer file instead of writing records its indexes
 // miss or its rules would break (for schema 2, finding no admin token and
 // generating a second one; for schema 4, failing on every usage run it
-// reads; for schema 5, leases it cannot decode).
-const schemaVersion = 6
+// reads; for schema 5, leases it cannot decode; for schema 6, admin tokens
+// with a role, which it would take for all-powerful).
+const schemaVersion = 7
 
 // OpenTimeout is how long Open waits for the file lock: bbolt allows one
 // process per file, and a second opener should fail fast and clearly, not

@@ -119,12 +119,14 @@ func scanToken(row pgx.Row) (ledger.PlatformToken, error) {
 	return t, readDigest(&t.Digest, digest, "platform token", t.ID)
 }
 
-const adminTokenColumns = "id, name, digest, created_at, revoked"
+const adminTokenColumns = "id, name, digest, created_at, revoked, role"
 
 // AdminTokens implements txn.Tx.
 func (x *pgTx) AdminTokens() txn.Table[ledger.AdminToken] {
 	return sqlTable[ledger.AdminToken]{x: x, table: "admin_tokens", what: "admin token", columns: adminTokenColumns, scan: scanAdminToken,
-		values:  func(t *ledger.AdminToken) []any { return []any{t.ID, t.Name, t.Digest[:], t.CreatedAt, t.Revoked} },
+		values: func(t *ledger.AdminToken) []any {
+			return []any{t.ID, t.Name, t.Digest[:], t.CreatedAt, t.Revoked, t.Role}
+		},
 		update:  "UPDATE admin_tokens SET revoked = $2 WHERE id = $1",
 		updates: func(t *ledger.AdminToken) []any { return []any{t.ID, t.Revoked} },
 		change:  func(t *ledger.AdminToken) change { return change{kind: ChangeAdminToken, token: t.ID} }}
@@ -133,7 +135,7 @@ func (x *pgTx) AdminTokens() txn.Table[ledger.AdminToken] {
 func scanAdminToken(row pgx.Row) (ledger.AdminToken, error) {
 	var t ledger.AdminToken
 	var digest []byte
-	if err := row.Scan(&t.ID, &t.Name, &digest, &t.CreatedAt, &t.Revoked); err != nil {
+	if err := row.Scan(&t.ID, &t.Name, &digest, &t.CreatedAt, &t.Revoked, &t.Role); err != nil {
 		return t, err
 	}
 	return t, readDigest(&t.Digest, digest, "admin token", t.ID)

@@ -195,7 +195,7 @@ func (s *Store) AdminTokenDigest(ctx context.Context) (d [32]byte, ok bool, err 
 // nodes bootstrapping at once agree on one admin token, and a revoked
 // bootstrap token is never replaced.
 func (s *Store) SetAdminTokenDigest(ctx context.Context, d [32]byte) (stored bool, err error) {
-	t := ledger.AdminToken{ID: ledger.BootstrapAdminTokenID, Name: ledger.BootstrapAdminTokenID, Digest: d}
+	t := ledger.AdminToken{ID: ledger.BootstrapAdminTokenID, Name: ledger.BootstrapAdminTokenID, Digest: d, Role: ledger.RoleAdmin}
 	err = s.update(ctx, func(w *work) error {
 		_, stored, err = w.tx.AdminTokens().Insert(&t)
 		return err
@@ -204,7 +204,8 @@ func (s *Store) SetAdminTokenDigest(ctx context.Context, d [32]byte) (stored boo
 }
 
 // AddAdminToken implements ledger.Store, with AddKey's idempotency. The
-// bootstrap id is SetAdminTokenDigest's alone.
+// bootstrap id is SetAdminTokenDigest's alone, and a role that is not one
+// of ledger.AdminRoles is ErrInvalid.
 func (s *Store) AddAdminToken(ctx context.Context, t ledger.AdminToken) error {
 	if err := s.name("admin token", t.ID); err != nil {
 		return err
@@ -214,6 +215,9 @@ func (s *Store) AddAdminToken(ctx context.Context, t ledger.AdminToken) error {
 	}
 	if err := s.label("admin token name", t.Name); err != nil {
 		return err
+	}
+	if !ledger.ValidRole(t.Role) {
+		return fmt.Errorf("%w: admin token %q has no role %q", ledger.ErrInvalid, t.ID, t.Role)
 	}
 	return s.update(ctx, func(w *work) error {
 		return addRecord(w.tx.AdminTokens(), &t, "admin token", t.ID)
