@@ -3,6 +3,7 @@ package admin
 import (
 	"errors"
 	"net/http"
+	"strconv"
 
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/ledger"
@@ -61,7 +62,7 @@ func (s *Server) createAccount(w http.ResponseWriter, r *http.Request) error {
 	}
 	spec := ledger.AccountSpec{ID: core.AccountID(id)}
 	if err := spec.ID.Validate(); err != nil {
-		return fieldProblem("id", "%v", err)
+		return fieldProblem("id", "%s", plain(err))
 	}
 	parent, _, err := o.nullableStr("parent", maxIDLen)
 	if err != nil {
@@ -77,7 +78,7 @@ func (s *Server) createAccount(w http.ResponseWriter, r *http.Request) error {
 	if parent != nil {
 		spec.Parent = core.AccountID(*parent)
 		if err := spec.Parent.Validate(); err != nil {
-			return fieldProblem("parent", "%v (null for a root account)", err)
+			return fieldProblem("parent", "%s (null for a root account)", plain(err))
 		}
 		if spec.Parent == spec.ID {
 			return fieldProblem("parent", "an account cannot be its own parent")
@@ -102,6 +103,9 @@ func (s *Server) createAccount(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	acct, created, err := s.store.CreateAccount(r.Context(), spec, s.now())
+	if errors.Is(err, ledger.ErrConflict) {
+		return s.createConflict(r, spec.ID)
+	}
 	if err != nil {
 		return ledgerError(err, fieldProblem("parent", "no account %q", spec.Parent))
 	}
@@ -139,7 +143,7 @@ func (s *Server) listAccounts(w http.ResponseWriter, r *http.Request) error {
 	if v, ok := q.get("parent"); ok {
 		parent = core.AccountID(v)
 		if err := parent.Validate(); err != nil {
-			return codeProblem(codeInvalidQuery, "parent", "%v", err)
+			return codeProblem(codeInvalidQuery, "parent", "%s", plain(err))
 		}
 	}
 	// An unknown parent is the query's fault: the problem names it.
@@ -224,6 +228,22 @@ var statusNames = map[string]core.Status{
 	"active": core.StatusActive, "suspended": core.StatusSuspended, "closed": core.StatusClosed,
 }
 
+// createConflict is the 409 for an id that exists with another spec: what
+// it exists as, in the body's own terms.
+func (s *Server) createConflict(r *http.Request, id core.AccountID) error {
+	a, err := s.store.Account(r.Context(), id)
+	if err != nil {
+		return ledgerError(err, unknownAccount(id))
+	}
+	v := ledgerView(&a)
+	parent := "null"
+	if v.Parent != nil {
+		parent = strconv.Quote(*v.Parent)
+	}
+	return problemf(codeConflict, "account %s exists as parent %s, capacity %q, unmetered %t; it stays as it was",
+		id, parent, v.Capacity, v.Unmetered)
+}
+
 // setStatus: POST /v1/accounts/{id}/status {"status":"active|suspended|closed"}.
 // Closed is terminal: leaving it is 409 closed-account.
 func (s *Server) setStatus(w http.ResponseWriter, r *http.Request) error {
@@ -245,6 +265,11 @@ func (s *Server) setStatus(w http.ResponseWriter, r *http.Request) error {
 	st, ok := statusNames[name]
 	if !ok {
 		return fieldProblem("status", `must be "active", "suspended" or "closed", not %q`, name)
+	}
+	if st == core.StatusClosed {
+		if err := s.require(r, permAccountClose); err != nil {
+			return err
+		}
 	}
 	return s.change(w, r, id, actionAccountStatus, func(before *ledger.Account) (ledger.Account, int, bool, error) {
 		a, err := s.store.SetStatus(r.Context(), id, st)

@@ -24,6 +24,12 @@ func (h *harness) auditLog() []ledger.AuditRecord {
 	return recs
 }
 
+// funds is an account answer's funds.
+func funds(v map[string]any) map[string]any {
+	f, _ := v["funds"].(map[string]any)
+	return f
+}
+
 // lastAudit returns the newest audit record, decoded.
 func (h *harness) lastAudit() (ledger.AuditRecord, map[string]any, map[string]any) {
 	h.t.Helper()
@@ -60,9 +66,9 @@ func TestCreateAccount(t *testing.T) {
 	want := map[string]any{
 		"id": "acme", "parent": nil, "capacity": "assured", "unmetered": false, "scope": "org", "status": "active",
 		"budget": map[string]any{"allowance": 0.0, "period": "none"}, "policy_generation": 1.0,
-		"balance": 0.0, "allowance_left": 0.0, "top_up_left": 0.0, "outstanding": 0.0, "settled": 0.0, "loss": 0.0,
-		"expired": 0.0, "deposited": 0.0, "overage": 0.0, "period_start": nil, "period_end": nil,
-		"funds": map[string]any{"available": 0.0, "held_unspent": nil, "in_leases": 0.0, "settled": 0.0, "lost": 0.0, "expired": 0.0},
+		"period_start": nil, "period_end": nil,
+		"funds": map[string]any{"can_spend": 0.0, "held_unspent": nil, "in_leases": 0.0, "spent": 0.0, "owed": 0.0,
+			"allowance_left": 0.0, "top_up_left": 0.0, "lost": 0.0, "expired": 0.0, "received": 0.0},
 	}
 	if len(v) != len(want) {
 		t.Fatalf("fields: %v", v)
@@ -103,7 +109,7 @@ func TestCreateAccountIsIdempotentAndNeverDestructive(t *testing.T) {
 	// The same spec again: 200, the existing account (money intact), no
 	// audit record, published again.
 	again := h.ok(http.StatusOK, "POST", "/v1/accounts", `{"id":"acme","capacity":"assured","parent":null}`)
-	if again["balance"] != 50.0 {
+	if funds(again)["can_spend"] != 50.0 {
 		t.Fatalf("repeat create returned %v", again)
 	}
 	if len(h.auditLog()) != records {
@@ -114,7 +120,7 @@ func TestCreateAccountIsIdempotentAndNeverDestructive(t *testing.T) {
 	}
 	// A different spec: 409, nothing changes.
 	h.fails(http.StatusConflict, codeConflict, "POST", "/v1/accounts", `{"id":"acme","capacity":"best_effort"}`)
-	if v := h.ok(http.StatusOK, "GET", "/v1/accounts/acme", ""); v["capacity"] != "assured" || v["balance"] != 50.0 {
+	if v := h.ok(http.StatusOK, "GET", "/v1/accounts/acme", ""); v["capacity"] != "assured" || funds(v)["can_spend"] != 50.0 {
 		t.Fatalf("conflicting create changed the account: %v", v)
 	}
 }
@@ -198,7 +204,7 @@ func TestSetBudget(t *testing.T) {
 	h := newHarness(t)
 	h.createAccount(`{"id":"acme"}`)
 	v := h.ok(http.StatusOK, "PUT", "/v1/accounts/acme/budget", `{"allowance":100,"period":"day"}`)
-	if v["balance"] != 100.0 || v["allowance_left"] != 100.0 || v["deposited"] != 100.0 ||
+	if f := funds(v); f["can_spend"] != 100.0 || f["allowance_left"] != 100.0 || f["received"] != 100.0 ||
 		v["period_start"] != "2026-06-27T00:00:00Z" || v["period_end"] != "2026-06-28T00:00:00Z" {
 		t.Fatalf("budget: %v", v)
 	}
@@ -206,7 +212,7 @@ func TestSetBudget(t *testing.T) {
 		t.Fatalf("budget view %v", b)
 	}
 	r, before, after := h.lastAudit()
-	if r.Action != "account.budget" || before["balance"] != 0.0 || after["balance"] != 100.0 {
+	if r.Action != "account.budget" || funds(before)["can_spend"] != 0.0 || funds(after)["can_spend"] != 100.0 {
 		t.Fatalf("audit %+v", r)
 	}
 	if a := h.pub.lastChanged(); a.Budget != (ledger.Budget{Allowance: 100, Period: ledger.PeriodDay}) {
@@ -253,11 +259,11 @@ func TestDeposit(t *testing.T) {
 	h := newHarness(t)
 	h.createAccount(`{"id":"acme"}`)
 	v := h.ok(http.StatusCreated, "POST", "/v1/accounts/acme/deposits", `{"units":250,"idempotency_key":"inv-1"}`)
-	if v["top_up_left"] != 250.0 || v["deposited"] != 250.0 || v["balance"] != 250.0 {
+	if f := funds(v); f["top_up_left"] != 250.0 || f["received"] != 250.0 || f["can_spend"] != 250.0 {
 		t.Fatalf("deposit: %v", v)
 	}
 	r, before, after := h.lastAudit()
-	if r.Action != "account.deposit" || before["deposited"] != 0.0 || after["deposited"] != 250.0 {
+	if r.Action != "account.deposit" || funds(before)["received"] != 0.0 || funds(after)["received"] != 250.0 {
 		t.Fatalf("audit %+v", r)
 	}
 	records, published := len(h.auditLog()), h.pub.changes()
@@ -265,7 +271,7 @@ func TestDeposit(t *testing.T) {
 	// The same key and units again: 200, nothing deposited, nothing
 	// audited, published again.
 	v = h.ok(http.StatusOK, "POST", "/v1/accounts/acme/deposits", `{"idempotency_key":"inv-1","units":250}`)
-	if v["deposited"] != 250.0 {
+	if funds(v)["received"] != 250.0 {
 		t.Fatalf("duplicate deposited again: %v", v)
 	}
 	if len(h.auditLog()) != records || h.pub.changes() != published+1 {
@@ -273,7 +279,7 @@ func TestDeposit(t *testing.T) {
 	}
 	// The same key with other units: 409.
 	h.fails(http.StatusConflict, codeConflict, "POST", "/v1/accounts/acme/deposits", `{"units":999,"idempotency_key":"inv-1"}`)
-	if v := h.ok(http.StatusOK, "GET", "/v1/accounts/acme", ""); v["deposited"] != 250.0 {
+	if v := h.ok(http.StatusOK, "GET", "/v1/accounts/acme", ""); funds(v)["received"] != 250.0 {
 		t.Fatalf("conflicting deposit changed the balance: %v", v)
 	}
 
@@ -318,7 +324,7 @@ func TestPublishFailureIsReportedAndTheChangeStands(t *testing.T) {
 	}
 	h.ok(http.StatusOK, "GET", "/v1/accounts/acme", "")
 	v = h.ok(http.StatusCreated, "POST", "/v1/accounts/acme/deposits", `{"units":5,"idempotency_key":"k"}`)
-	if v["publish_error"] == nil || v["deposited"] != 5.0 {
+	if v["publish_error"] == nil || funds(v)["received"] != 5.0 {
 		t.Fatalf("deposit: %v", v)
 	}
 	// Once the control plane recovers, repeating the request republishes.
@@ -364,8 +370,8 @@ func TestConcurrentChangesAreEachAuditedOnce(t *testing.T) {
 			t.Fatalf("concurrent deposit answered %d", st)
 		}
 	}
-	if v := h.ok(http.StatusOK, "GET", "/v1/accounts/acme", ""); v["deposited"] != float64(workers*each) {
-		t.Fatalf("deposited %v", v["deposited"])
+	if v := h.ok(http.StatusOK, "GET", "/v1/accounts/acme", ""); funds(v)["received"] != float64(workers*each) {
+		t.Fatalf("received %v", funds(v)["received"])
 	}
 	// One record per deposit plus the create, each before/after pair
 	// consecutive: deposits were serialised, so each before is the
@@ -378,8 +384,8 @@ func TestConcurrentChangesAreEachAuditedOnce(t *testing.T) {
 		var prev, cur map[string]any
 		json.Unmarshal(recs[i-1].After, &prev)
 		json.Unmarshal(recs[i].Before, &cur)
-		if prev["deposited"] != cur["deposited"] {
-			t.Fatalf("record %d: before %v is not the previous after %v", i, cur["deposited"], prev["deposited"])
+		if funds(prev)["received"] != funds(cur)["received"] {
+			t.Fatalf("record %d: before %v is not the previous after %v", i, funds(cur)["received"], funds(prev)["received"])
 		}
 	}
 }

@@ -8,7 +8,8 @@ import (
 )
 
 // accountView is the ledger's view of an account on the wire (GET
-// /v1/accounts/{id}, every account change's response, and audit records).
+// /v1/accounts/{id}, every account change's response, and audit records):
+// what the account is, and its money, once, in funds.
 type accountView struct {
 	ID               core.AccountID `json:"id"`
 	Parent           *string        `json:"parent"`
@@ -18,40 +19,44 @@ type accountView struct {
 	Status           string         `json:"status"`
 	Budget           budgetView     `json:"budget"`
 	PolicyGeneration uint64         `json:"policy_generation"`
-	Balance          core.CostUnits `json:"balance"`
-	AllowanceLeft    core.CostUnits `json:"allowance_left"`
-	TopUpLeft        core.CostUnits `json:"top_up_left"`
-	Outstanding      core.CostUnits `json:"outstanding"`
-	Settled          core.CostUnits `json:"settled"`
-	Loss             core.CostUnits `json:"loss"`
-	Expired          core.CostUnits `json:"expired"`
-	Deposited        core.CostUnits `json:"deposited"`
-	Overage          core.CostUnits `json:"overage"`
 	PeriodStart      *string        `json:"period_start"`
 	PeriodEnd        *string        `json:"period_end"`
 	Funds            fundsView      `json:"funds"`
 }
 
-// fundsView says what the account's money is doing, in the words an
-// account's owner asks in: what can I still spend, where is the rest?
-// Units in leases are taken from the balance the moment a node leases them
-// (so the balance alone drops as soon as traffic starts), but while this
-// node's shards hold them unspent they are still spendable: available
-// counts them.
+// fundsView is the account's money, in the words an owner asks in, each
+// question answered once: what can it still spend, what is held in leases,
+// what has it spent, what does it owe; then the rest of the ledger's books.
+// Units in leases are taken from the ledger's balance the moment a node
+// leases them (so the balance drops as soon as traffic starts), but while
+// this node's shards hold them unspent they can still be spent: CanSpend
+// counts them. The books balance:
+//
+//	received + owed == allowance_left + top_up_left + in_leases + spent + lost + expired
 type fundsView struct {
-	// Available is what can still be spent: the balance plus HeldUnspent.
-	Available core.CostUnits `json:"available"`
+	// CanSpend is what the account's own funds still allow: its balance
+	// (allowance and top-ups left) and what this node's leases hold of it
+	// unspent, less what it owes (a debt is repaid first).
+	CanSpend core.CostUnits `json:"can_spend"`
 	// HeldUnspent is what this node's leases hold for the account and have
-	// not spent; null when the node does not say (then Available is the
+	// not spent; null when the node does not say (then CanSpend is the
 	// balance alone).
 	HeldUnspent *core.CostUnits `json:"held_unspent"`
 	// InLeases is everything granted to leases (of any node) and neither
 	// billed nor returned yet: HeldUnspent, usage on its way to the
 	// ledger, and other nodes' holdings.
 	InLeases core.CostUnits `json:"in_leases"`
-	Settled  core.CostUnits `json:"settled"` // billed usage
-	Lost     core.CostUnits `json:"lost"`    // forfeited by leases that ended without returning it
-	Expired  core.CostUnits `json:"expired"` // allowance left unspent at the end of a period
+	Spent    core.CostUnits `json:"spent"` // billed usage
+	// Owed is usage billed beyond the account's funds (elastic overage,
+	// post-paid usage) and not yet repaid: the next funds to arrive repay
+	// it first.
+	Owed          core.CostUnits `json:"owed"`
+	AllowanceLeft core.CostUnits `json:"allowance_left"` // this period's allowance neither leased nor spent
+	TopUpLeft     core.CostUnits `json:"top_up_left"`    // deposits neither leased nor spent
+	Lost          core.CostUnits `json:"lost"`           // forfeited by leases that ended without returning it
+	Expired       core.CostUnits `json:"expired"`        // allowance left unspent at the end of a period
+	// Received is every allowance and top-up the account was ever given.
+	Received core.CostUnits `json:"received"`
 }
 
 type budgetView struct {
@@ -81,11 +86,21 @@ func (s *Server) viewAccount(a *ledger.Account) accountView {
 		// Never more than the ledger says is in leases: a report beyond
 		// it would count units twice.
 		held := min(s.holdings.LeaseHoldings(a.ID), a.Outstanding)
-		if avail, err := v.Funds.Available.Add(held); err == nil {
-			v.Funds.Available, v.Funds.HeldUnspent = avail, &held
-		}
+		v.Funds.HeldUnspent = &held
+		v.Funds.CanSpend = canSpend(a, held)
 	}
 	return v
+}
+
+// canSpend is a's balance and held, less its debt, at least 0. A debt
+// beside a balance cannot be (a debt takes arriving funds first), so the
+// debt is set against the units leases hold.
+func canSpend(a *ledger.Account, held core.CostUnits) core.CostUnits {
+	c, err := a.Balance().Add(held)
+	if err != nil {
+		c = core.MaxCostUnits
+	}
+	return c - min(c, a.Overage)
 }
 
 // ledgerView is the ledger's view of an account alone: what audit records
@@ -97,10 +112,8 @@ func ledgerView(a *ledger.Account) accountView {
 		Scope: scopeName(a.Scope), Status: a.Status.String(),
 		Budget:           budgetView{Allowance: a.Budget.Allowance, Period: periodName(a.Budget.Period)},
 		PolicyGeneration: a.PolicyGeneration,
-		Balance:          a.Balance(), AllowanceLeft: a.AllowanceLeft, TopUpLeft: a.TopUpLeft,
-		Outstanding: a.Outstanding, Settled: a.Settled, Loss: a.Loss, Expired: a.Expired,
-		Deposited: a.Deposited, Overage: a.Overage,
-		Funds: fundsView{Available: a.Balance(), InLeases: a.Outstanding, Settled: a.Settled, Lost: a.Loss, Expired: a.Expired},
+		Funds: fundsView{CanSpend: canSpend(a, 0), InLeases: a.Outstanding, Spent: a.Settled, Owed: a.Overage,
+			AllowanceLeft: a.AllowanceLeft, TopUpLeft: a.TopUpLeft, Lost: a.Loss, Expired: a.Expired, Received: a.Deposited},
 	}
 	if a.Parent != "" {
 		p := string(a.Parent)

@@ -18,7 +18,7 @@ func TestViewAccount(t *testing.T) {
 	}
 	v := ledgerView(&a)
 	if *v.Parent != "ws" || v.Scope != "agent" || v.Status != "suspended" || v.Capacity != "best_effort" ||
-		v.Balance != 10 || v.Budget.Period != "month" || *v.PeriodStart != "2026-06-27T08:00:00Z" ||
+		v.Funds != (fundsView{CanSpend: 10, InLeases: 5, Spent: 15, AllowanceLeft: 4, TopUpLeft: 6, Received: 30}) || v.Budget.Period != "month" || *v.PeriodStart != "2026-06-27T08:00:00Z" ||
 		*v.PeriodEnd != "2026-06-27T08:00:00.000000001Z" {
 		t.Fatalf("%+v", v)
 	}
@@ -27,6 +27,26 @@ func TestViewAccount(t *testing.T) {
 	json.Unmarshal(b, &m)
 	if m["parent"] != nil || m["period_start"] != nil || m["period_end"] != nil {
 		t.Fatalf("a root without a period must show nulls: %s", b)
+	}
+}
+
+// TestFundsAnswerEachQuestionOnce: can_spend sets the debt against what
+// leases hold; the books balance in the view's own words.
+func TestFundsAnswerEachQuestionOnce(t *testing.T) {
+	a := ledger.Account{AccountSpec: ledger.AccountSpec{ID: "ag"}, Deposited: 100, Overage: 30, Outstanding: 50, Settled: 80}
+	if err := a.Conserved(); err != nil {
+		t.Fatal(err)
+	}
+	if v := ledgerView(&a); v.Funds.CanSpend != 0 || v.Funds.Owed != 30 || v.Funds.InLeases != 50 {
+		t.Fatalf("a debtor: %+v", v.Funds)
+	}
+	s := &Server{holdings: holdings{"ag": 45}}
+	f := s.viewAccount(&a).Funds
+	if f.CanSpend != 15 || *f.HeldUnspent != 45 {
+		t.Fatalf("a debtor's node holding 45: %+v", f)
+	}
+	if f.Received+f.Owed != f.AllowanceLeft+f.TopUpLeft+f.InLeases+f.Spent+f.Lost+f.Expired {
+		t.Fatalf("the books do not balance: %+v", f)
 	}
 }
 

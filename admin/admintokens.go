@@ -3,6 +3,7 @@ package admin
 import (
 	"crypto/sha256"
 	"net/http"
+	"strings"
 
 	"github.com/tollgated/tollgated/ledger"
 )
@@ -11,26 +12,38 @@ import (
 type adminTokenView struct {
 	ID        string  `json:"id"`
 	Name      string  `json:"name"`
+	Role      string  `json:"role"`
 	CreatedAt *string `json:"created_at"` // null for the bootstrap token
 	Revoked   bool    `json:"revoked"`
 }
 
 func viewAdminToken(t *ledger.AdminToken) adminTokenView {
-	return adminTokenView{ID: t.ID, Name: t.Name, CreatedAt: optionalTime(t.CreatedAt), Revoked: t.Revoked}
+	return adminTokenView{ID: t.ID, Name: t.Name, Role: t.Role, CreatedAt: optionalTime(t.CreatedAt), Revoked: t.Revoked}
 }
 
 func adminTokenTarget(id string) string { return "admin-tokens/" + id }
 
-// createAdminToken: POST /v1/admin-tokens {"name":"…"} → 201 with a new
-// admin token, shown this once (the ledger keeps its SHA-256). It works at
-// once, beside every other live admin token.
+// createAdminToken: POST /v1/admin-tokens {"name":"…","role":"…"} → 201
+// with a new admin token, shown this once (the ledger keeps its SHA-256).
+// It works at once, beside every other live admin token. The role is
+// admin unless the body says otherwise: the power every token had before
+// roles, so a client that names none gets what it always got.
 func (s *Server) createAdminToken(w http.ResponseWriter, r *http.Request) error {
 	o, err := decodeObject(w, r, false)
 	if err != nil {
 		return err
 	}
-	if err := o.only("name"); err != nil {
+	if err := o.only("name", "role"); err != nil {
 		return err
+	}
+	role, given, err := o.str("role", false, maxIDLen)
+	if err != nil {
+		return err
+	}
+	if !given {
+		role = ledger.RoleAdmin
+	} else if !ledger.ValidRole(role) {
+		return fieldProblem("role", "must be one of %s, not %q", strings.Join(ledger.AdminRoles, ", "), role)
 	}
 	name, _, err := o.str("name", true, MaxNameLen)
 	if err != nil {
@@ -52,7 +65,7 @@ func (s *Server) createAdminToken(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	t := ledger.AdminToken{ID: id, Name: name, Digest: sha256.Sum256([]byte(secret)), CreatedAt: s.now()}
+	t := ledger.AdminToken{ID: id, Name: name, Digest: sha256.Sum256([]byte(secret)), CreatedAt: s.now(), Role: role}
 	if err := s.store.AddAdminToken(r.Context(), t); err != nil {
 		return ledgerError(err, problemf(codeNotFound, "admin token %q", id))
 	}
@@ -94,8 +107,9 @@ func (s *Server) listAdminTokens(w http.ResponseWriter, r *http.Request) error {
 }
 
 // revokeAdminToken: DELETE /v1/admin-tokens/{id}; repeatable. The last
-// live admin token cannot be revoked (409 conflict): nobody could undo it.
-// A request may revoke the token it came with.
+// live token with the admin role cannot be revoked (409 conflict): nobody
+// could undo it, nor make another admin. A request may revoke the token it
+// came with.
 func (s *Server) revokeAdminToken(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	notFound := problemf(codeNotFound, "no admin token %q", id)
@@ -111,15 +125,15 @@ func (s *Server) revokeAdminToken(w http.ResponseWriter, r *http.Request) error 
 		if tokens[i].ID == id {
 			before = &tokens[i]
 		}
-		if !tokens[i].Revoked {
+		if !tokens[i].Revoked && tokens[i].Role == ledger.RoleAdmin {
 			live++
 		}
 	}
 	if before == nil {
 		return notFound
 	}
-	if !before.Revoked && live == 1 {
-		return problemf(codeConflict, "%s is the last live admin token; create another before revoking it", id)
+	if !before.Revoked && before.Role == ledger.RoleAdmin && live == 1 {
+		return problemf(codeConflict, "%s is the last live admin token with the admin role; create another before revoking it", id)
 	}
 	after, err := s.store.RevokeAdminToken(r.Context(), id)
 	if err != nil {

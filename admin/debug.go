@@ -40,7 +40,7 @@ var profiling sync.Mutex
 // short at the server's ReadTimeout).
 func (s *Server) mountPprof(handle func(pattern string, m methods)) {
 	get := func(h http.HandlerFunc, params ...string) methods {
-		return methods{http.MethodGet: func(w http.ResponseWriter, r *http.Request) error {
+		return methods{http.MethodGet: route{need: permDebug, run: func(w http.ResponseWriter, r *http.Request) error {
 			q, err := readQuery(r, params...)
 			if err != nil {
 				return err
@@ -65,7 +65,7 @@ func (s *Server) mountPprof(handle func(pattern string, m methods)) {
 			}
 			h(w, r)
 			return nil
-		}}
+		}}}
 	}
 	exclusive := func(h http.HandlerFunc) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
@@ -81,8 +81,8 @@ func (s *Server) mountPprof(handle func(pattern string, m methods)) {
 	// unknown names are answered here, and delta profiles ("seconds") only
 	// for the profiles that support them.
 	index := get(pprof.Index, "debug", "gc", "seconds")
-	serveIndex := index[http.MethodGet]
-	index[http.MethodGet] = func(w http.ResponseWriter, r *http.Request) error {
+	serveIndex := index[http.MethodGet].run
+	index[http.MethodGet] = route{need: permDebug, run: func(w http.ResponseWriter, r *http.Request) error {
 		name := strings.TrimPrefix(r.URL.Path, "/debug/pprof/")
 		if name != "" && runtimepprof.Lookup(name) == nil {
 			return problemf(codeNotFound, "no profile %q", name)
@@ -91,7 +91,7 @@ func (s *Server) mountPprof(handle func(pattern string, m methods)) {
 			return codeProblem(codeInvalidQuery, "seconds", "is only for the %s profiles", "allocs, block, goroutine, heap, mutex and threadcreate")
 		}
 		return serveIndex(w, r)
-	}
+	}}
 	handle("/debug/pprof/", index)
 	handle("/debug/pprof/cmdline", get(pprof.Cmdline))
 	handle("/debug/pprof/profile", get(exclusive(pprof.Profile), "seconds"))
@@ -101,7 +101,7 @@ func (s *Server) mountPprof(handle func(pattern string, m methods)) {
 		pprof.Symbol(w, r)
 		return nil
 	}
-	handle("/debug/pprof/symbol", methods{http.MethodGet: symbol, http.MethodPost: symbol})
+	handle("/debug/pprof/symbol", methods{http.MethodGet: {symbol, permDebug}, http.MethodPost: {symbol, permDebug}})
 }
 
 // deltaProfiles are the named profiles pprof serves as a difference over

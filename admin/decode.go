@@ -78,14 +78,14 @@ func parseObject(b []byte, emptyOK bool) (object, error) {
 		if err == nil {
 			err = errors.New("not one JSON value")
 		}
-		return nil, problemf(codeInvalidJSON, "%v", err)
+		return nil, problemf(codeInvalidJSON, "%s", plain(err))
 	}
 	if path, dup := duplicateKey(b); dup {
 		return nil, codeProblem(codeDuplicateField, path, "is given twice; each field once")
 	}
 	var o object
 	if err := json.Unmarshal(b, &o); err != nil {
-		return nil, problemf(codeInvalidJSON, "%v", err)
+		return nil, problemf(codeInvalidJSON, "%s", plain(err))
 	}
 	if !utf8.Valid(b) {
 		// encoding/json replaces invalid UTF-8 silently; the raw values

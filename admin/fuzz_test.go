@@ -187,7 +187,7 @@ func (e *fuzzEnv) reset() error {
 	if err := s.AddPlatformToken(ctx, ledger.PlatformToken{ID: "fuzz-ptk", Digest: [32]byte{2}, CreatedAt: fuzzNow}); err != nil {
 		return err
 	}
-	if err := s.AddAdminToken(ctx, ledger.AdminToken{ID: "fuzz-atk", Name: "seed", Digest: [32]byte{3}, CreatedAt: fuzzNow}); err != nil {
+	if err := s.AddAdminToken(ctx, ledger.AdminToken{ID: "fuzz-atk", Name: "seed", Digest: [32]byte{3}, CreatedAt: fuzzNow, Role: ledger.RoleAdmin}); err != nil {
 		return err
 	}
 	l, _, err := s.Acquire(ctx, "acme", "node-a", 1000, 1, 60e9, fuzzNow)

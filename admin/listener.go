@@ -129,6 +129,7 @@ func (s *Server) Serve(ln net.Listener, lim Limits) (*http.Server, error) {
 		}
 	}()
 	go s.sweepKeys(ctx)
+	s.served = ctx
 	return srv, nil
 }
 

@@ -133,7 +133,7 @@ type holdings map[core.AccountID]core.CostUnits
 func (h holdings) LeaseHoldings(id core.AccountID) core.CostUnits { return h[id] }
 
 // TestFundsCountWhatThisNodeHolds: leasing takes units from the balance at
-// once; while this node holds them unspent they are still available.
+// once; while this node holds them unspent they can still be spent.
 func TestFundsCountWhatThisNodeHolds(t *testing.T) {
 	h := newHarness(t)
 	h.createAccount(`{"id":"acme"}`)
@@ -141,25 +141,25 @@ func TestFundsCountWhatThisNodeHolds(t *testing.T) {
 	if _, _, err := h.store.Acquire(t.Context(), "acme", "node-a", 300, 1, 60e9, startNs); err != nil {
 		t.Fatal(err)
 	}
-	funds := func() map[string]any {
+	acme := func() map[string]any {
 		return h.ok(http.StatusOK, "GET", "/v1/accounts/acme", "")["funds"].(map[string]any)
 	}
-	if f := funds(); f["available"] != 700.0 || f["held_unspent"] != nil || f["in_leases"] != 300.0 {
+	if f := acme(); f["can_spend"] != 700.0 || f["held_unspent"] != nil || f["in_leases"] != 300.0 {
 		t.Fatalf("without holdings: %v", f)
 	}
 	h.srv.holdings = holdings{"acme": 250}
-	if f := funds(); f["available"] != 950.0 || f["held_unspent"] != 250.0 || f["in_leases"] != 300.0 || f["settled"] != 0.0 {
+	if f := acme(); f["can_spend"] != 950.0 || f["held_unspent"] != 250.0 || f["in_leases"] != 300.0 || f["spent"] != 0.0 {
 		t.Fatalf("with holdings: %v", f)
 	}
 	// A report beyond what the ledger has in leases is capped by it.
 	h.srv.holdings = holdings{"acme": 5000}
-	if f := funds(); f["available"] != 1000.0 || f["held_unspent"] != 300.0 {
+	if f := acme(); f["can_spend"] != 1000.0 || f["held_unspent"] != 300.0 {
 		t.Fatalf("over-reported holdings: %v", f)
 	}
 	// Audit records keep the ledger's view: no node holdings in them.
 	h.ok(http.StatusOK, "POST", "/v1/accounts/acme/status", `{"status":"suspended"}`)
 	_, _, after := h.lastAudit()
-	if f := after["funds"].(map[string]any); f["held_unspent"] != nil || f["available"] != 700.0 {
+	if f := after["funds"].(map[string]any); f["held_unspent"] != nil || f["can_spend"] != 700.0 {
 		t.Fatalf("audit funds %v", f)
 	}
 }

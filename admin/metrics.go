@@ -19,6 +19,7 @@ type metrics struct {
 	conns     prometheus.Gauge       // open admin connections
 	evicted   prometheus.Counter     // connections closed at the bound to make room
 	panics    prometheus.Counter     // handlers that panicked (answered 500)
+	forbidden *prometheus.CounterVec // permission: requests refused 403 for want of it
 }
 
 // Codes counted in errors besides the problem codes: a change stored in
@@ -54,8 +55,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "tollgated_admin_panics_total",
 			Help: "Admin requests whose handler panicked; each was answered 500 internal and logged with its stack.",
 		}),
+		forbidden: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgated_admin_forbidden_total",
+			Help: "Admin requests refused 403 forbidden, by the permission the token's role lacked; each is in the audit log as request.forbidden.",
+		}, []string{"permission"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.mutations, m.errors, m.conns, m.evicted, m.panics} {
+	for _, c := range []prometheus.Collector{m.requests, m.mutations, m.errors, m.conns, m.evicted, m.panics, m.forbidden} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("admin: registering metrics: %w", err)
 		}

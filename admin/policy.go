@@ -96,7 +96,7 @@ func (s *Server) putPolicy(w http.ResponseWriter, r *http.Request) error {
 		probe.PolicyGeneration++
 	}
 	if _, err := policy.Compile(probe); err != nil {
-		return fieldProblem("", "the policy does not compile for account %s: %v", id, err)
+		return fieldProblem("", "the policy does not compile for account %s: %s", id, plain(err))
 	}
 	after, err := s.store.SetPolicy(r.Context(), id, canonical)
 	if err != nil {
@@ -119,15 +119,15 @@ func policyError(err error) error {
 	var fe *policy.FieldError
 	switch {
 	case errors.Is(err, policy.ErrTooLarge):
-		return problemf(codeTooLarge, "%v", err)
+		return problemf(codeTooLarge, "%s", plain(err))
 	case errors.Is(err, policy.ErrDuplicateKey) && errors.As(err, &fe):
 		return codeProblem(codeDuplicateField, fieldName(fe.Field), "is given twice; each field once")
 	case errors.As(err, &fe):
 		return fieldProblem(fe.Field, "%s", fe.Problem)
 	case errors.Is(err, policy.ErrMalformed):
-		return problemf(codeInvalidJSON, "%v", err)
+		return problemf(codeInvalidJSON, "%s", plain(err))
 	}
-	return problemf(codeInvalidField, "%v", err)
+	return problemf(codeInvalidField, "%s", plain(err))
 }
 
 // rawOrNull is a stored JSON document, or null when there is none (or it

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/tollgated/tollgated/ledger"
 )
@@ -18,6 +19,8 @@ type apiError struct {
 	title  string
 	detail string
 	field  string
+	// permission is what a 403 forbidden lacked (roles.go).
+	permission string
 }
 
 func (e *apiError) Error() string {
@@ -35,6 +38,7 @@ const (
 	codeInvalidQuery     = "invalid-query"
 	codeTooLarge         = "too-large"
 	codeUnauthorized     = "unauthorized"
+	codeForbidden        = "forbidden"
 	codeUnknownAccount   = "unknown-account"
 	codeNotFound         = "not-found"
 	codeMethodNotAllowed = "method-not-allowed"
@@ -65,6 +69,7 @@ var titles = map[string]string{
 	codeInvalidQuery:       "A query parameter is invalid",
 	codeTooLarge:           "Body too large",
 	codeUnauthorized:       "Admin token required",
+	codeForbidden:          "The admin token's role does not allow this",
 	codeUnknownAccount:     "No such account",
 	codeNotFound:           "Not found",
 	codeMethodNotAllowed:   "Method not allowed",
@@ -91,6 +96,7 @@ var statuses = map[string]int{
 	codeInvalidQuery:       http.StatusBadRequest,
 	codeTooLarge:           http.StatusRequestEntityTooLarge,
 	codeUnauthorized:       http.StatusUnauthorized,
+	codeForbidden:          http.StatusForbidden,
 	codeUnknownAccount:     http.StatusNotFound,
 	codeNotFound:           http.StatusNotFound,
 	codeMethodNotAllowed:   http.StatusMethodNotAllowed,
@@ -127,14 +133,16 @@ func codeProblem(code, field, format string, args ...any) *apiError {
 
 // problem is the wire form (RFC 9457), shaped like the data plane's:
 // type, title, status, code, plus detail and, for a problem with one field
-// of a body or query (invalid-field, duplicate-field, invalid-query), field.
+// of a body or query (invalid-field, duplicate-field, invalid-query),
+// field; a 403 forbidden names the permission the token lacked.
 type problem struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
-	Code   string `json:"code"`
-	Detail string `json:"detail,omitempty"`
-	Field  string `json:"field,omitempty"`
+	Type       string `json:"type"`
+	Title      string `json:"title"`
+	Status     int    `json:"status"`
+	Code       string `json:"code"`
+	Detail     string `json:"detail,omitempty"`
+	Field      string `json:"field,omitempty"`
+	Permission string `json:"permission,omitempty"`
 }
 
 // writeProblem answers e. A 401 carries the Bearer challenge; a token was
@@ -158,7 +166,8 @@ func writeProblem(w http.ResponseWriter, r *http.Request, e *apiError) {
 
 // body is e's problem+json encoding, with a final newline.
 func (e *apiError) body() []byte {
-	b, err := json.Marshal(problem{Type: "about:blank", Title: e.title, Status: e.status, Code: e.code, Detail: e.detail, Field: e.field})
+	b, err := json.Marshal(problem{Type: "about:blank", Title: e.title, Status: e.status, Code: e.code, Detail: e.detail,
+		Field: e.field, Permission: e.permission})
 	if err != nil {
 		panic("admin: a problem of strings and an int did not encode: " + err.Error())
 	}
@@ -167,8 +176,10 @@ func (e *apiError) body() []byte {
 
 // ledgerError maps a store error onto the API's codes. notFound is the
 // answer for ledger.ErrNotFound, which means different things per route
-// (an unknown account, key or token). Errors without an API meaning come
-// back wrapped, for the caller to log as internal.
+// (an unknown account, key or token). The detail is what the store said
+// after its error's kind (the code and title say that), never the name of
+// a package. Errors without an API meaning come back wrapped, for the
+// caller to log as internal.
 func ledgerError(err error, notFound *apiError) error {
 	var e *apiError
 	switch {
@@ -177,13 +188,36 @@ func ledgerError(err error, notFound *apiError) error {
 	case errors.Is(err, ledger.ErrNotFound):
 		return notFound
 	case errors.Is(err, ledger.ErrClosedAccount):
-		return problemf(codeClosedAccount, "%v", err)
+		return problemf(codeClosedAccount, "%s (closed is final)", detailAfter(err, ledger.ErrClosedAccount))
 	case errors.Is(err, ledger.ErrConflict):
-		return problemf(codeConflict, "%v", err)
+		return problemf(codeConflict, "%s", detailAfter(err, ledger.ErrConflict))
 	case errors.Is(err, ledger.ErrOverflow):
-		return problemf(codeOverflow, "%v", err)
+		return problemf(codeOverflow, "the change would take one of the account's amounts past what the ledger can hold; nothing changed")
 	case errors.Is(err, ledger.ErrInvalid):
-		return problemf(codeInvalidField, "%v", err)
+		return problemf(codeInvalidField, "%s", detailAfter(err, ledger.ErrInvalid))
 	}
 	return fmt.Errorf("admin: ledger: %w", err)
+}
+
+// detailAfter is what err says after kind's own message ("ledger: account
+// is closed: acme cannot become active" → "acme cannot become active"), or
+// kind's message without its package when it says nothing more.
+func detailAfter(err, kind error) string {
+	msg, k := err.Error(), kind.Error()
+	if i := strings.Index(msg, k+": "); i >= 0 {
+		return plain(errors.New(msg[i+len(k)+2:]))
+	}
+	_, plain, _ := strings.Cut(k, ": ")
+	return plain
+}
+
+// plain is err's message without the names of the packages that made it
+// ("core: account id must…" → "account id must…"): a detail speaks the
+// API's words, not the code's.
+func plain(err error) string {
+	msg := err.Error()
+	for _, pkg := range []string{"core: ", "ledger: ", "policy: ", "json: "} {
+		msg = strings.ReplaceAll(msg, pkg, "")
+	}
+	return msg
 }

@@ -80,7 +80,7 @@ type Config struct {
 	Log      zerolog.Logger // the zero Logger logs nothing
 	Rand     io.Reader      // secrets and ids; nil means crypto/rand
 	// Holdings, when set, tells the account view what this node's leases
-	// hold unspent, so "available" counts it (see fundsView). Optional.
+	// hold unspent, so "can_spend" counts it (see fundsView). Optional.
 	Holdings Holdings
 	// Tracing makes the admin requests' spans (tracing.go); nil means the
 	// process's global provider (a no-op unless one was set).
@@ -94,6 +94,11 @@ type Config struct {
 	// /healthz answers 503 storage-full or storage-failed while it does
 	// not. Optional.
 	Storage func() StorageState
+	// History holds the series the dashboard draws, whose recent past
+	// GET /v1/metrics/history serves once KeepHistory is called: a
+	// gatherer of those alone keeps the sampling cheap. Optional (none
+	// kept without it).
+	History prometheus.Gatherer
 }
 
 // StorageState is whether the node can make billed usage durable, as
@@ -121,6 +126,13 @@ type Server struct {
 	eventLog EventLog
 	node     string
 	storage  func() StorageState
+	hist     history             // the recent past of the dashboard's series (history.go)
+	history  prometheus.Gatherer // what hist samples; nil: nothing
+	served   context.Context     // ends when the listener Serve started shuts down
+	// stopHistory ends KeepHistory's sampling and waits for it; nil
+	// before KeepHistory. histMu guards it.
+	histMu      sync.Mutex
+	stopHistory func()
 
 	// mu serialises changes. The ledger makes each change atomic, but an
 	// audit record's before is read just ahead of the change: holding mu
@@ -145,7 +157,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		store: cfg.Store, hasher: cfg.Hasher, pub: cfg.Publisher, reg: cfg.Registry,
 		now: cfg.Now, log: cfg.Log, rand: cfg.Rand, holdings: cfg.Holdings, tracing: cfg.Tracing,
-		eventLog: cfg.Events, node: cfg.Node, storage: cfg.Storage,
+		eventLog: cfg.Events, node: cfg.Node, storage: cfg.Storage, history: cfg.History,
 	}
 	if s.reg == nil {
 		s.reg = prometheus.NewRegistry()
@@ -176,7 +188,20 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // logged and answered as internal.
 type endpoint func(w http.ResponseWriter, r *http.Request) error
 
-type methods map[string]endpoint
+// route is one method of a route: its endpoint and the permission a
+// token's role needs for it (roles.go).
+type route struct {
+	run  endpoint
+	need string
+}
+
+type methods map[string]route
+
+// get is a GET route every role with read may call.
+func get(e endpoint) route { return route{e, permRead} }
+
+// change is a route that needs perm.
+func change(e endpoint, perm string) route { return route{e, perm} }
 
 // requestTimeout bounds an admin request's ledger work. A request's work
 // does not stop when its client goes quiet: the client may have half-closed
@@ -190,25 +215,30 @@ func (s *Server) routes() http.Handler {
 	handle := func(pattern string, m methods) {
 		mux.Handle(pattern, s.instrument(pattern, s.dispatch(m, true)))
 	}
-	handle("/v1/accounts", methods{http.MethodPost: s.createAccount, http.MethodGet: s.listAccounts})
-	handle("/v1/accounts/{id}", methods{http.MethodGet: s.getAccount})
-	handle("/v1/accounts/{id}/children", methods{http.MethodGet: s.children})
-	handle("/v1/accounts/{id}/status", methods{http.MethodPost: s.setStatus})
-	handle("/v1/accounts/{id}/policy", methods{http.MethodGet: s.getPolicy, http.MethodPut: s.putPolicy})
-	handle("/v1/accounts/{id}/budget", methods{http.MethodPut: s.setBudget})
-	handle("/v1/accounts/{id}/deposits", methods{http.MethodPost: s.deposit})
-	handle("/v1/accounts/{id}/keys", methods{http.MethodPost: s.createKey, http.MethodGet: s.listKeys})
-	handle("/v1/accounts/{id}/keys/{key_id}", methods{http.MethodDelete: s.revokeKey})
-	handle("/v1/accounts/{id}/keys/{key_id}/rotate", methods{http.MethodPost: s.rotateKey})
-	handle("/v1/accounts/{id}/usage", methods{http.MethodGet: s.usage})
-	handle("/v1/platform-tokens", methods{http.MethodPost: s.createPlatformToken, http.MethodGet: s.listPlatformTokens})
-	handle("/v1/platform-tokens/{id}", methods{http.MethodDelete: s.revokePlatformToken})
-	handle("/v1/admin-tokens", methods{http.MethodPost: s.createAdminToken, http.MethodGet: s.listAdminTokens})
-	handle("/v1/admin-tokens/{id}", methods{http.MethodDelete: s.revokeAdminToken})
-	handle("/v1/leases", methods{http.MethodGet: s.leases})
-	handle("/v1/audit", methods{http.MethodGet: s.auditLog})
-	handle("/v1/events", methods{http.MethodGet: s.events})
-	handle("/metrics", methods{http.MethodGet: s.serveMetrics})
+	handle("/v1/accounts", methods{http.MethodPost: change(s.createAccount, permAccountCreate), http.MethodGet: get(s.listAccounts)})
+	handle("/v1/accounts/{id}", methods{http.MethodGet: get(s.getAccount)})
+	handle("/v1/accounts/{id}/children", methods{http.MethodGet: get(s.children)})
+	// Closing needs account.close on top: setStatus checks it.
+	handle("/v1/accounts/{id}/status", methods{http.MethodPost: change(s.setStatus, permAccountStatus)})
+	handle("/v1/accounts/{id}/policy", methods{http.MethodGet: get(s.getPolicy), http.MethodPut: change(s.putPolicy, permAccountPolicy)})
+	handle("/v1/accounts/{id}/budget", methods{http.MethodPut: change(s.setBudget, permAccountBudget)})
+	handle("/v1/accounts/{id}/deposits", methods{http.MethodPost: change(s.deposit, permAccountDeposit)})
+	handle("/v1/accounts/{id}/keys", methods{http.MethodPost: change(s.createKey, permKeyCreate), http.MethodGet: get(s.listKeys)})
+	handle("/v1/accounts/{id}/keys/{key_id}", methods{http.MethodDelete: change(s.revokeKey, permKeyRevoke)})
+	handle("/v1/accounts/{id}/keys/{key_id}/rotate", methods{http.MethodPost: change(s.rotateKey, permKeyRotate)})
+	handle("/v1/accounts/{id}/usage", methods{http.MethodGet: get(s.usage)})
+	handle("/v1/platform-tokens", methods{http.MethodPost: change(s.createPlatformToken, permPlatformTokenCreate),
+		http.MethodGet: get(s.listPlatformTokens)})
+	handle("/v1/platform-tokens/{id}", methods{http.MethodDelete: change(s.revokePlatformToken, permPlatformTokenRevoke)})
+	handle("/v1/admin-tokens", methods{http.MethodPost: change(s.createAdminToken, permAdminTokenCreate),
+		http.MethodGet: get(s.listAdminTokens)})
+	handle("/v1/admin-tokens/{id}", methods{http.MethodDelete: change(s.revokeAdminToken, permAdminTokenRevoke)})
+	handle("/v1/whoami", methods{http.MethodGet: route{s.whoami, permNone}})
+	handle("/v1/leases", methods{http.MethodGet: get(s.leases)})
+	handle("/v1/audit", methods{http.MethodGet: get(s.auditLog)})
+	handle("/v1/events", methods{http.MethodGet: get(s.events)})
+	handle("/v1/metrics/history", methods{http.MethodGet: route{s.metricsHistory, permMetrics}})
+	handle("/metrics", methods{http.MethodGet: route{s.serveMetrics, permMetrics}})
 	// The profiler's handlers keep the connection's context: a profile
 	// whose client left should stop.
 	s.mountPprof(func(pattern string, m methods) {
@@ -247,17 +277,18 @@ func cleanPath(p string) bool {
 }
 
 // dispatch authenticates, then calls the endpoint for the method, or
-// answers 405 (404 for unmatched paths, which have no methods). Requests
-// that change something take no query parameters; GET handlers check
-// their own. Authentication, and the endpoint when detach, run under
-// requestTimeout instead of the connection's context.
+// answers 405 (404 for unmatched paths, which have no methods), or 403
+// when the token's role lacks the route's permission. Requests that change
+// something take no query parameters; GET handlers check their own.
+// Authentication, and the endpoint when detach, run under requestTimeout
+// instead of the connection's context.
 func (s *Server) dispatch(m methods, detach bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		conn := r.Context()
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(conn), requestTimeout)
 		defer cancel()
 		r = r.WithContext(ctx)
-		actor, err := s.authorize(r)
+		who, err := s.authorize(r)
 		if err != nil {
 			dropBody(w, r)
 			s.fail(w, r, err)
@@ -266,7 +297,7 @@ func (s *Server) dispatch(m methods, detach bool) http.Handler {
 		if !detach {
 			ctx = conn
 		}
-		r = r.WithContext(withActor(ctx, adminActorPrefix+actor))
+		r = r.WithContext(withCaller(withActor(ctx, adminActorPrefix+who.id), who))
 		if len(m) == 0 {
 			s.fail(w, r, problemf(codeNotFound, "no route for %q", r.URL.Path))
 			return
@@ -277,11 +308,16 @@ func (s *Server) dispatch(m methods, detach bool) http.Handler {
 			s.fail(w, r, problemf(codeMethodNotAllowed, "%s does not allow %s", r.URL.Path, methodLabel(r.Method)))
 			return
 		}
+		if err := s.require(r, h.need); err != nil {
+			dropBody(w, r)
+			s.fail(w, r, err)
+			return
+		}
 		if r.Method != http.MethodGet && r.URL.RawQuery != "" && detach {
 			s.fail(w, r, problemf(codeInvalidQuery, "%s %s takes no query parameters", r.Method, r.URL.Path))
 			return
 		}
-		if err := h(w, r); err != nil {
+		if err := h.run(w, r); err != nil {
 			s.fail(w, r, err)
 		}
 	})

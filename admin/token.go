@@ -135,28 +135,28 @@ func newSecret(rand io.Reader, prefix string) (string, error) {
 }
 
 // authorize finds the live admin token the request's bearer token is, and
-// returns its id. Tokens are read from the ledger on every request (admin
+// returns it. Tokens are read from the ledger on every request (admin
 // traffic is light, and they are few), so a token created, revoked or set
 // by EnsureAdminToken takes effect at once. Every live token's digest is
 // compared, in constant time each; how many there are is not secret.
-func (s *Server) authorize(r *http.Request) (string, error) {
+func (s *Server) authorize(r *http.Request) (caller, error) {
 	raw, ok := credential.BearerToken([]byte(r.Header.Get("Authorization")))
 	if !ok || len(raw) > MaxAdminTokenLen {
-		return "", problemf(codeUnauthorized, "send Authorization: Bearer <admin token>")
+		return caller{}, problemf(codeUnauthorized, "send Authorization: Bearer <admin token>")
 	}
 	tokens, err := s.store.AdminTokens(r.Context())
 	if err != nil {
-		return "", fmt.Errorf("admin: reading the admin tokens: %w", err)
+		return caller{}, fmt.Errorf("admin: reading the admin tokens: %w", err)
 	}
 	got := sha256.Sum256(raw)
-	match := ""
+	var match caller
 	for _, t := range tokens {
 		if subtle.ConstantTimeCompare(t.Digest[:], got[:]) == 1 && !t.Revoked {
-			match = t.ID
+			match = caller{id: t.ID, name: t.Name, role: t.Role}
 		}
 	}
-	if match == "" {
-		return "", problemf(codeUnauthorized, "the admin token is not valid")
+	if match.id == "" {
+		return caller{}, problemf(codeUnauthorized, "the admin token is not valid")
 	}
 	return match, nil
 }

@@ -122,9 +122,10 @@ type Denial struct {
 	// Remaining is the evidenced upper bound on the account's funding for
 	// DenyBalanceInsufficient, and the lease's units for DenyLeaseExhausted.
 	Remaining CostUnits
-	// PeriodEnd is when the refusing scope's budget period ends (Unix ns),
-	// 0 when it has no period.
-	PeriodEnd int64
+	// ResetAt is, for a funding refusal (402), when rollovers alone can
+	// fund the request again (Unix ns; FundingEvidence.ResetFor), 0 when
+	// no reset will.
+	ResetAt int64
 }
 
 // Denied reports whether d is a refusal.

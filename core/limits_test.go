@@ -150,12 +150,12 @@ func TestFundingEvidenceTurnsLeaseRefusalFinal(t *testing.T) {
 	if _, d := f.admit(oneReq, t0); d.Reason != DenyLeaseExhausted {
 		t.Fatalf("no evidence: %+v", d)
 	}
-	cell.Store(FundingEvidence{Remaining: 0, PeriodEnd: t0 + 100, Scope: ScopeWorkspace})
+	cell.Store(FundingEvidence{Remaining: 0, ResetAt: t0 + 100, PeriodEnd: t0 + 100, Scope: ScopeWorkspace, Next: 1000, Ceiling: MaxCostUnits})
 	_, d := f.admit(oneReq, t0)
-	if d.Reason != DenyBalanceExhausted || d.Scope != ScopeWorkspace || d.PeriodEnd != t0+100 || d.Reason.Retry() != RetryNever {
+	if d.Reason != DenyBalanceExhausted || d.Scope != ScopeWorkspace || d.ResetAt != t0+100 || d.Reason.Retry() != RetryNever {
 		t.Fatalf("exhausted: %+v", d)
 	}
-	cell.Store(FundingEvidence{Remaining: 50, PeriodEnd: t0 + 100, Scope: ScopeAgent})
+	cell.Store(FundingEvidence{Remaining: 50, ResetAt: t0 + 100, PeriodEnd: t0 + 100, Scope: ScopeAgent, Next: 1000, Ceiling: MaxCostUnits})
 	if _, d := f.admit(oneReq, t0); d.Reason != DenyBalanceInsufficient || d.Remaining != 50 {
 		t.Fatalf("insufficient: %+v", d)
 	}
@@ -358,7 +358,7 @@ func TestOnlyAQuoteTheEvidenceAllowsBecomesANeed(t *testing.T) {
 	must(t, f.e.SetEvidence("acme", cell))
 	l, _ := f.e.Lease("acme")
 	l.TakeUnspent()
-	cell.Store(FundingEvidence{Remaining: 50, PeriodEnd: t0 + 100, Scope: ScopeOrg})
+	cell.Store(FundingEvidence{Remaining: 50, ResetAt: t0 + 100, PeriodEnd: t0 + 100, Scope: ScopeOrg, Next: 1000, Ceiling: MaxCostUnits})
 	big := []WorkItem{{Op: 0, Count: 60}}
 	if _, d := f.admit(big, t0); d.Reason != DenyBalanceInsufficient {
 		t.Fatalf("a quote beyond the evidence: %+v", d)

@@ -67,27 +67,130 @@ func GrantSize(limit, want, need core.CostUnits) core.CostUnits {
 	return g
 }
 
-// EvidenceOf is what the ledger attests about the leaf of chain: the
-// tightest scope's Balance + Outstanding − Overage, at least 0 (an upper
+// EvidenceOf is what the ledger attests about the leaf of chain (see
+// core.FundingEvidence): the smallest Spendable of its scopes (an upper
 // bound on what the leaf can still spend, units already leased included,
-// debt paid first), that scope, its
-// PeriodEnd (0 without a period) and its budget Period. Ties go to the
-// scope closest to the leaf.
+// debt paid first); when rollovers alone can first raise it (ResetAt: the
+// latest reset of the scopes at that smallest amount, 0 for never); the
+// smallest SpendableAt of the scopes once each has rolled over at ResetAt
+// (Next); the Ceiling, the least of the scopes' most they can hold again
+// without new money; and the binding scope — of the scopes at the
+// smallest amount, the one whose reset comes last (never is last), ties to
+// the scope closest to the leaf — with its PeriodEnd (0 without a period)
+// and budget Period.
 func EvidenceOf(chain []*Account) (Evidence, error) {
 	if len(chain) == 0 {
 		return Evidence{}, fmt.Errorf("%w: empty funding chain", ErrInvalid)
 	}
-	ev := Evidence{Remaining: core.MaxCostUnits}
+	ev := Evidence{Remaining: core.MaxCostUnits, Ceiling: core.MaxCostUnits}
 	for i, a := range chain {
 		r, err := Spendable(a)
 		if err != nil {
 			return Evidence{}, err
 		}
-		if i == 0 || r < ev.Remaining {
-			ev = Evidence{Remaining: r, Scope: a.Scope, PeriodEnd: a.PeriodEnd, Period: a.Budget.Period}
+		reset := ResetOf(a, r)
+		if i == 0 || r < ev.Remaining || r == ev.Remaining && later(reset, ev.ResetAt) {
+			ev = Evidence{Remaining: r, ResetAt: reset, Scope: a.Scope, PeriodEnd: a.PeriodEnd, Period: a.Budget.Period, Ceiling: ev.Ceiling}
+		}
+		ev.Ceiling = min(ev.Ceiling, CeilingOf(a, r))
+	}
+	ev.Next = ev.Remaining
+	if ev.ResetAt != 0 {
+		ev.Next = core.MaxCostUnits
+		for _, a := range chain {
+			s, err := SpendableAt(a, ev.ResetAt)
+			if err != nil {
+				return Evidence{}, err
+			}
+			ev.Next = min(ev.Next, s)
 		}
 	}
 	return ev, nil
+}
+
+// later reports whether reset a comes after b, where 0 is never (after
+// every time).
+func later(a, b int64) bool { return b != 0 && (a == 0 || a > b) }
+
+// ResetOf is when rollovers alone first let a spend more than spendable
+// (its Spendable): 0 for never — a without a periodic allowance, or a debt
+// that outlasts every time the evidence can name. A scope with something
+// left can spend more at its period's end, when the allowance left is
+// topped up to a whole one. An exhausted scope owes its deficit — its debt
+// beyond what it holds and has out in leases — and each period's
+// allowance repays that first: it can spend again at the end of the
+// period in which the allowances deposited so far exceed the deficit.
+// That assumes each period is rolled over (the daemon's maintenance rolls
+// every account at each boundary; a period nobody rolls deposits nothing).
+func ResetOf(a *Account, spendable core.CostUnits) int64 {
+	if a.Budget.Period == PeriodNone || a.Budget.Allowance == 0 || a.PeriodEnd == 0 {
+		return 0
+	}
+	if spendable > 0 {
+		return a.PeriodEnd
+	}
+	held := a.Balance() + a.Outstanding // no overflow: Spendable computed it
+	deficit := a.Overage - min(a.Overage, held)
+	return AdvancePeriods(a.Budget.Period, a.PeriodEnd, uint64(deficit/a.Budget.Allowance))
+}
+
+// SpendableAt is what a can spend at t once it has rolled over at every
+// boundary of its period up to t (each repaying debt first, as RollOver
+// does, the allowance left of the period before expiring), assuming
+// nothing else happens meanwhile: its Spendable when no boundary of its
+// comes by t.
+func SpendableAt(a *Account, t int64) (core.CostUnits, error) {
+	n := periodsUpTo(a, t)
+	if n == 0 {
+		return Spendable(a)
+	}
+	// n deposits of one allowance repay the debt first; the last one's
+	// rest is the allowance left, the earlier ones' rest expired.
+	allowance := a.Budget.Allowance
+	before := a.Overage // the debt before the last deposit
+	if repaid, err := allowance.Mul(n - 1); err == nil {
+		before -= min(before, repaid)
+	} else {
+		before = 0
+	}
+	left := allowance - min(allowance, before)
+	debt := before - min(before, allowance)
+	held, err := left.Add(a.TopUpLeft)
+	if err == nil {
+		held, err = held.Add(a.Outstanding)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return held - min(held, debt), nil
+}
+
+// periodsUpTo is how many of a's period boundaries lie in [a.PeriodEnd, t]:
+// the rollovers a makes by t.
+func periodsUpTo(a *Account, t int64) uint64 {
+	if a.Budget.Period == PeriodNone || a.Budget.Allowance == 0 || a.PeriodEnd == 0 || t < a.PeriodEnd {
+		return 0
+	}
+	return PeriodsBetween(a.Budget.Period, a.PeriodEnd, t) + 1
+}
+
+// CeilingOf is the most a could hold to spend again without new money,
+// whatever number of periods pass: with a periodic allowance, one whole
+// allowance besides its top-ups left and the units out in its leases (a
+// debt only lowers that, until it is repaid); without, what it can spend
+// now.
+func CeilingOf(a *Account, spendable core.CostUnits) core.CostUnits {
+	if a.Budget.Period == PeriodNone || a.Budget.Allowance == 0 {
+		return spendable
+	}
+	c, err := a.Budget.Allowance.Add(a.TopUpLeft)
+	if err == nil {
+		c, err = c.Add(a.Outstanding)
+	}
+	if err != nil {
+		return core.MaxCostUnits
+	}
+	return c
 }
 
 // Spendable is what a alone can still spend: its balance and the units

@@ -33,7 +33,7 @@ func TestEvidenceIsTheTightestScopeClosestToTheLeaf(t *testing.T) {
 	org, _, agent := family(t)
 	org.TopUpLeft, org.Deposited = 500, 500
 	agent.TopUpLeft, agent.Deposited = 300, 500
-	agent.Outstanding = 200 // equal remaining: the tie goes to the agent
+	agent.Outstanding = 200 // equal remaining: the tie goes to the agent, which never resets
 	if _, err := ChangeBudget(org, Budget{Allowance: 10, Period: PeriodDay}, t0); err != nil {
 		t.Fatal(err)
 	}
@@ -42,12 +42,13 @@ func TestEvidenceIsTheTightestScopeClosestToTheLeaf(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ev != (Evidence{Remaining: 500, Scope: core.ScopeAgent}) {
+	if ev != (Evidence{Remaining: 500, Next: 500, Scope: core.ScopeAgent, Ceiling: 500}) {
 		t.Fatalf("tie: %+v", ev)
 	}
 	org.TopUpLeft = 489
 	org.Deposited = 499
-	if ev, _ = EvidenceOf([]*Account{agent, org}); ev != (Evidence{Remaining: 499, Scope: core.ScopeOrg, PeriodEnd: utc(2026, 3, 11, 0, 0), Period: PeriodDay}) {
+	if ev, _ = EvidenceOf([]*Account{agent, org}); ev != (Evidence{Remaining: 499, ResetAt: utc(2026, 3, 11, 0, 0), Next: 499,
+		Scope: core.ScopeOrg, PeriodEnd: utc(2026, 3, 11, 0, 0), Period: PeriodDay, Ceiling: 499}) {
 		t.Fatalf("org tighter: %+v", ev)
 	}
 	if _, err := EvidenceOf(nil); !errors.Is(err, ErrInvalid) {
@@ -86,7 +87,7 @@ func TestAcquireDebitsEveryFunderAllowanceFirst(t *testing.T) {
 		t.Fatalf("tokens: agent %d ws %d org %d", agent.NextToken, ws.NextToken, org.NextToken)
 	}
 	// Both hold 400 + 0 outstanding... the agent 250+150 = 400, the org 350+150 = 500.
-	if ev != (Evidence{Remaining: 400, Scope: core.ScopeAgent}) {
+	if ev != (Evidence{Remaining: 400, Next: 400, Scope: core.ScopeAgent, Ceiling: 400}) {
 		t.Fatalf("evidence %+v", ev)
 	}
 	// Near exhaustion the agent (250 left) halves a request for 200.
@@ -110,7 +111,7 @@ func TestAcquireForAnUnmeteredLeaf(t *testing.T) {
 	}
 	wantMoney(t, ws, money{})
 	wantMoney(t, org, money{Deposited: 10, TopUpLeft: 6, Outstanding: 4})
-	if ev != (Evidence{Remaining: 10, Scope: core.ScopeOrg}) {
+	if ev != (Evidence{Remaining: 10, Next: 10, Scope: core.ScopeOrg, Ceiling: 10}) {
 		t.Fatalf("evidence %+v", ev)
 	}
 }
@@ -159,7 +160,8 @@ func TestAcquireRefusalsChangeNothing(t *testing.T) {
 	if r, ok = errors.AsType[*Refusal](err); !ok || r.Reason != RefusedExhausted || r.Account != "org" {
 		t.Fatalf("exhausted org: %v", err)
 	}
-	if ev != (Evidence{Remaining: 0, Scope: core.ScopeOrg, PeriodEnd: utc(2026, 3, 11, 0, 0), Period: PeriodDay}) {
+	if ev != (Evidence{Remaining: 0, ResetAt: utc(2026, 3, 11, 0, 0), Next: 50, Scope: core.ScopeOrg, PeriodEnd: utc(2026, 3, 11, 0, 0),
+		Period: PeriodDay, Ceiling: 50}) {
 		t.Fatalf("evidence %+v", ev)
 	}
 	unchanged()
@@ -170,7 +172,7 @@ func TestAcquireRefusalsChangeNothing(t *testing.T) {
 		t.Fatalf("after midnight: %+v, %v", rec, err)
 	}
 	wantMoney(t, org, money{Deposited: 200, AllowanceLeft: 90, Outstanding: 10, Settled: 100})
-	if ev != (Evidence{Remaining: 50, Scope: core.ScopeAgent}) {
+	if ev != (Evidence{Remaining: 50, Next: 50, Scope: core.ScopeAgent, Ceiling: 50}) {
 		t.Fatalf("evidence %+v", ev)
 	}
 }

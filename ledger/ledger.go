@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/tollgated/tollgated/core"
@@ -279,7 +280,25 @@ type AdminToken struct {
 	Digest    [32]byte
 	CreatedAt int64
 	Revoked   bool
+	// Role is one of the AdminRoles: what the token may do is the admin
+	// API's business, the ledger keeps the name with the token. A token
+	// stored before roles existed is RoleAdmin, as is the bootstrap token.
+	Role string
 }
+
+// The admin token roles, from the most powerful down.
+const (
+	RoleAdmin    = "admin"    // everything
+	RoleOperator = "operator" // accounts, budgets, deposits, keys
+	RoleViewer   = "viewer"   // reads
+	RoleMetrics  = "metrics"  // /metrics only
+)
+
+// AdminRoles are the roles an admin token may have.
+var AdminRoles = []string{RoleAdmin, RoleOperator, RoleViewer, RoleMetrics}
+
+// ValidRole reports whether role is one of AdminRoles.
+func ValidRole(role string) bool { return slices.Contains(AdminRoles, role) }
 
 // BootstrapAdminTokenID is the id of the admin token SetAdminTokenDigest
 // stores: the one the daemon is first started with (from its environment,
@@ -353,29 +372,27 @@ type AuditRecord struct {
 	After  []byte
 }
 
-// Store is a ledger backend. All methods are safe for concurrent use and
-// each mutation is one atomic, durable transaction: it returns only after
-// the change is on disk, and a failed call changes nothing.
+// Store is a ledger backend: what each of its consumers uses, composed.
+// All methods are safe for concurrent use and each mutation is one atomic,
+// durable transaction: it returns only after the change is on disk, and a
+// failed call changes nothing. The transaction scripts are written once
+// (package ledger/txn) over each backend's row-shaped primitives.
 type Store interface {
-	CreateAccount(ctx context.Context, spec AccountSpec, now int64) (acct Account, created bool, err error)
-	Account(ctx context.Context, id core.AccountID) (Account, error)
-	Accounts(ctx context.Context) ([]Account, error)
-	// Children lists the accounts whose parent is id, in id order; an
-	// unknown id is ErrNotFound.
-	Children(ctx context.Context, id core.AccountID) ([]core.AccountID, error)
-	// ListAccounts pages through the accounts f selects, in id order. A
-	// Parent that does not exist is ErrNotFound.
-	ListAccounts(ctx context.Context, f AccountFilter, p Page) (accts []Account, next string, err error)
-	SetStatus(ctx context.Context, id core.AccountID, s core.Status) (Account, error)
-	SetPolicy(ctx context.Context, id core.AccountID, policy []byte) (Account, error)
-	// SetBudget sets the schedule. The same budget again is a no-op;
-	// otherwise the allowance left expires, the period containing now
-	// starts and one allowance of the new budget is deposited.
-	SetBudget(ctx context.Context, id core.AccountID, b Budget, now int64) (Account, error)
-	// Deposit adds a top-up, idempotent by key: a repeat returns dup=true
-	// and changes nothing.
-	Deposit(ctx context.Context, id core.AccountID, units core.CostUnits, key string, now int64) (acct Account, dup bool, err error)
+	FundingStore
+	UsageStore
+	AdminStore
+	CredentialStore
+	// Check verifies L1 for every account and the lease totals against
+	// each account's Outstanding.
+	Check(ctx context.Context) error
+	Close() error
+}
 
+// FundingStore is what funds the data plane: node leases (acquire, extend,
+// release, reclaim), budget rollover, funding evidence, and the node
+// incarnations the leases are held under. The control plane's funder,
+// recovery and maintenance use it.
+type FundingStore interface {
 	// Acquire grants holder a new lease of up to want units (at least need
 	// when the balance can fund it), usable for ttl. A refusal is a
 	// *Refusal. The lease keeps the grace the holder's incarnation
@@ -408,10 +425,24 @@ type Store interface {
 	// active ones and those forfeited and not restored (state
 	// LeaseReclaimed), which its Release restores.
 	LeasesOf(ctx context.Context, holder string) ([]Lease, error)
-	// ListLeases pages through every lease (or only the active ones) in id
-	// order.
-	ListLeases(ctx context.Context, active bool, p Page) (leases []Lease, next string, err error)
+	// Evidence reports id's funding as admission would see it.
+	Evidence(ctx context.Context, id core.AccountID) (Evidence, error)
+	// Incarnate records a start of node, in one transaction, and returns
+	// the incarnation it starts as (the rules: ledger.Incarnate). spool is
+	// the incarnation its data directory's spool belongs to, 0 for an
+	// empty data directory; grace is the node's --lease-grace, which the
+	// leases it acquires from now on keep. A refusal is an
+	// *IncarnationError and changes nothing.
+	Incarnate(ctx context.Context, node string, spool uint64, grace, now int64) (Incarnation, error)
+	// Incarnations lists the current incarnation of every node id the
+	// ledger knows, in id order.
+	Incarnations(ctx context.Context) ([]Incarnation, error)
+}
 
+// UsageStore is what bills usage: post-paid ingest, settlement of a node's
+// spooled usage under its export mark, and the accounts' recent usage.
+// The exporter, recovery and the plane's post-paid path use it.
+type UsageStore interface {
 	// Ingest records a batch: results[i] answers events[i]. An error means
 	// nothing in the batch was recorded.
 	Ingest(ctx context.Context, events []Usage, now int64) ([]IngestResult, error)
@@ -423,17 +454,6 @@ type Store interface {
 	// ExportMark is node's export mark: the last spool sequence its
 	// settlements covered (0 before its first).
 	ExportMark(ctx context.Context, node string) (uint64, error)
-
-	// Incarnate records a start of node, in one transaction, and returns
-	// the incarnation it starts as (the rules: ledger.Incarnate). spool is
-	// the incarnation its data directory's spool belongs to, 0 for an
-	// empty data directory; grace is the node's --lease-grace, which the
-	// leases it acquires from now on keep. A refusal is an
-	// *IncarnationError and changes nothing.
-	Incarnate(ctx context.Context, node string, spool uint64, grace, now int64) (Incarnation, error)
-	// Incarnations lists the current incarnation of every node id the
-	// ledger knows, in id order.
-	Incarnations(ctx context.Context) ([]Incarnation, error)
 	// ForgetEvents drops the ids of up to limit events ingested before
 	// before, oldest first, and reports how many: an id forgotten is new
 	// again to Ingest. Ingest remembers every id until then, so the
@@ -441,12 +461,60 @@ type Store interface {
 	// Duplicate.
 	ForgetEvents(ctx context.Context, before int64, limit int) (int, error)
 	UsageOf(ctx context.Context, id core.AccountID, limit int) ([]Usage, error)
+}
+
+// AdminStore is what the admin API manages besides keys: accounts and
+// their budgets and deposits, platform and admin tokens, the audit trail,
+// and the paged listings.
+type AdminStore interface {
+	CreateAccount(ctx context.Context, spec AccountSpec, now int64) (acct Account, created bool, err error)
+	Account(ctx context.Context, id core.AccountID) (Account, error)
+	Accounts(ctx context.Context) ([]Account, error)
+	// Children lists the accounts whose parent is id, in id order; an
+	// unknown id is ErrNotFound.
+	Children(ctx context.Context, id core.AccountID) ([]core.AccountID, error)
+	SetStatus(ctx context.Context, id core.AccountID, s core.Status) (Account, error)
+	SetPolicy(ctx context.Context, id core.AccountID, policy []byte) (Account, error)
+	// SetBudget sets the schedule. The same budget again is a no-op;
+	// otherwise the allowance left expires, the period containing now
+	// starts and one allowance of the new budget is deposited.
+	SetBudget(ctx context.Context, id core.AccountID, b Budget, now int64) (Account, error)
+	// Deposit adds a top-up, idempotent by key: a repeat returns dup=true
+	// and changes nothing.
+	Deposit(ctx context.Context, id core.AccountID, units core.CostUnits, key string, now int64) (acct Account, dup bool, err error)
+
+	// ListAccounts pages through the accounts f selects, in id order. A
+	// Parent that does not exist is ErrNotFound.
+	ListAccounts(ctx context.Context, f AccountFilter, p Page) (accts []Account, next string, err error)
+	// ListLeases pages through every lease (or only the active ones) in id
+	// order.
+	ListLeases(ctx context.Context, active bool, p Page) (leases []Lease, next string, err error)
 	// ListUsage pages through what UsageOf returns: id's recent accepted
 	// usage, newest first. An unknown id is ErrNotFound.
 	ListUsage(ctx context.Context, id core.AccountID, p Page) (events []Usage, next string, err error)
-	// Evidence reports id's funding as admission would see it.
-	Evidence(ctx context.Context, id core.AccountID) (Evidence, error)
 
+	AddPlatformToken(ctx context.Context, t PlatformToken) error
+	RevokePlatformToken(ctx context.Context, id string) (PlatformToken, error)
+	PlatformTokens(ctx context.Context) ([]PlatformToken, error)
+	// AdminTokenDigest returns the bootstrap admin token's digest (revoked
+	// or not); ok=false if none has been set. SetAdminTokenDigest stores it,
+	// as the admin token BootstrapAdminTokenID, only if none is.
+	AdminTokenDigest(ctx context.Context) (d [32]byte, ok bool, err error)
+	SetAdminTokenDigest(ctx context.Context, d [32]byte) (stored bool, err error)
+	// AddAdminToken, RevokeAdminToken and AdminTokens manage the admin
+	// API's tokens with AddKey's idempotency and RevokeKey's; AdminTokens
+	// lists them in id order, the bootstrap token included (its Role is
+	// RoleAdmin). A Role that is not ValidRole is ErrInvalid.
+	AddAdminToken(ctx context.Context, t AdminToken) error
+	RevokeAdminToken(ctx context.Context, id string) (AdminToken, error)
+	AdminTokens(ctx context.Context) ([]AdminToken, error)
+	Audit(ctx context.Context, r AuditRecord) (uint64, error)
+	AuditLog(ctx context.Context, after uint64, limit int) ([]AuditRecord, error)
+}
+
+// CredentialStore is what authenticates the data plane's callers: API
+// keys, and the fingerprint of the server secret they are digested under.
+type CredentialStore interface {
 	AddKey(ctx context.Context, k Key) error
 	RevokeKey(ctx context.Context, account core.AccountID, keyID string) (Key, error)
 	Keys(ctx context.Context, account core.AccountID) ([]Key, error) // "" for every account
@@ -463,33 +531,12 @@ type Store interface {
 	// lowers it), in one transaction. Unknown ids are skipped: a report
 	// may arrive for a key the reporter saw before a restart.
 	MarkKeysUsed(ctx context.Context, uses []KeyUse) error
-	AddPlatformToken(ctx context.Context, t PlatformToken) error
-	RevokePlatformToken(ctx context.Context, id string) (PlatformToken, error)
-	PlatformTokens(ctx context.Context) ([]PlatformToken, error)
-	// AdminTokenDigest returns the bootstrap admin token's digest (revoked
-	// or not); ok=false if none has been set. SetAdminTokenDigest stores it,
-	// as the admin token BootstrapAdminTokenID, only if none is.
-	AdminTokenDigest(ctx context.Context) (d [32]byte, ok bool, err error)
-	SetAdminTokenDigest(ctx context.Context, d [32]byte) (stored bool, err error)
-	// AddAdminToken, RevokeAdminToken and AdminTokens manage the admin
-	// API's tokens with AddKey's idempotency and RevokeKey's; AdminTokens
-	// lists them in id order, the bootstrap token included.
-	AddAdminToken(ctx context.Context, t AdminToken) error
-	RevokeAdminToken(ctx context.Context, id string) (AdminToken, error)
-	AdminTokens(ctx context.Context) ([]AdminToken, error)
 	// SecretFingerprint returns the stored fingerprint of the server
 	// secret keys are digested under (a keyed hash of it, never the secret
 	// itself); ok=false if none has been set. SetSecretFingerprint stores
 	// it only if none is: the first wins, as with the admin token digest.
 	SecretFingerprint(ctx context.Context) (fp [32]byte, ok bool, err error)
 	SetSecretFingerprint(ctx context.Context, fp [32]byte) (stored bool, err error)
-	Audit(ctx context.Context, r AuditRecord) (uint64, error)
-	AuditLog(ctx context.Context, after uint64, limit int) ([]AuditRecord, error)
-
-	// Check verifies L1 for every account and the lease totals against
-	// each account's Outstanding.
-	Check(ctx context.Context) error
-	Close() error
 }
 
 var (
@@ -503,4 +550,7 @@ var (
 	ErrPeriodEnded    = errors.New("ledger: the lease's budget period has ended")
 	ErrMarkOverlap    = errors.New("ledger: a settlement overlaps what the node's export mark already covers")
 	ErrOverflow       = core.ErrCostOverflow
+	// ErrCorrupt reports a stored record that does not hold a valid one,
+	// or an index that disagrees with the records.
+	ErrCorrupt = errors.New("ledger: corrupt record")
 )

@@ -36,6 +36,57 @@ func PeriodBounds(p Period, now int64) (start, end int64) {
 	return 0, 0
 }
 
+// maxAdvance bounds how many periods AdvancePeriods looks ahead: far
+// enough for any debt anyone pays off by waiting (a daily budget's ~27
+// years), near enough that a month's arithmetic stays cheap.
+const maxAdvance = 10_000
+
+// AdvancePeriods returns the end of the period n periods of kind p after
+// the one that ends at end (end itself for n = 0), or 0 (never) when that
+// lies beyond maxAdvance periods or past the end of int64 nanoseconds. A
+// PeriodNone has no next period: 0.
+func AdvancePeriods(p Period, end int64, n uint64) int64 {
+	if n > maxAdvance || end == math.MaxInt64 {
+		return 0
+	}
+	var size int64
+	switch p {
+	case PeriodDay:
+		size = dayNs
+	case PeriodWeek:
+		size = weekNs
+	case PeriodMonth:
+		t := time.Unix(0, end).UTC().AddDate(0, int(n), 0)
+		if next := saturatedNanos(t); next != math.MaxInt64 {
+			return next
+		}
+		return 0
+	default:
+		return 0
+	}
+	if end > math.MaxInt64-int64(n)*size {
+		return 0
+	}
+	return end + int64(n)*size
+}
+
+// PeriodsBetween is how many whole periods of kind p lie between the
+// period boundaries end and t >= end, t rounded down to a boundary: the n
+// for which AdvancePeriods(p, end, n) <= t < AdvancePeriods(p, end, n+1).
+// 0 for PeriodNone.
+func PeriodsBetween(p Period, end, t int64) uint64 {
+	switch p {
+	case PeriodDay:
+		return uint64(t-end) / uint64(dayNs)
+	case PeriodWeek:
+		return uint64(t-end) / uint64(weekNs)
+	case PeriodMonth:
+		e, n := time.Unix(0, end).UTC(), time.Unix(0, t).UTC()
+		return uint64((n.Year()-e.Year())*12 + int(n.Month()) - int(e.Month()))
+	}
+	return 0
+}
+
 // fixedBounds returns the period of length size, aligned to offset (mod
 // size), that contains now. It computes the remainder first so that no
 // intermediate value can overflow, then saturates the bounds.

@@ -13,7 +13,9 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -262,7 +264,7 @@ func checkStatefulSet(t *testing.T, docs []map[string]any) (env map[string]any) 
 		}
 		kinds[d["kind"].(string)] = d
 	}
-	for _, k := range []string{"StatefulSet", "Service", "Secret"} {
+	for _, k := range []string{"StatefulSet", "Service"} {
 		if kinds[k] == nil {
 			t.Fatalf("no %s", k)
 		}
@@ -310,11 +312,6 @@ func checkStatefulSet(t *testing.T, docs []map[string]any) (env map[string]any) 
 		at(t, c, "securityContext", "allowPrivilegeEscalation") != false {
 		t.Error("the pod may run as root or escalate")
 	}
-	secret := kinds["Secret"]
-	data := at(t, secret, "stringData").(map[string]any)
-	if data["admin-token"] == nil || data["secret"] == nil {
-		t.Errorf("the Secret lacks admin-token or secret: %v", data)
-	}
 	ports := []string{}
 	for _, d := range docs {
 		if d["kind"] == "Service" {
@@ -329,9 +326,79 @@ func checkStatefulSet(t *testing.T, docs []map[string]any) (env map[string]any) 
 	return env
 }
 
+// secretsComeFromOutside: the manifest holds no Secret, so applying it
+// never replaces one an operator made (with real values) by placeholders;
+// the StatefulSet reads the Secret its header tells the operator to create
+// with kubectl create secret, every key it reads among those the command
+// sets, and the command sets no placeholder a person would have to edit.
+func secretsComeFromOutside(t *testing.T, path string, docs []map[string]any) {
+	t.Helper()
+	for _, d := range docs {
+		if d["kind"] == "Secret" {
+			t.Fatalf("%s holds a Secret: applying it would overwrite the real one", path)
+		}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var header []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(l, "#") {
+			break
+		}
+		header = append(header, strings.TrimSpace(strings.TrimPrefix(l, "#")))
+	}
+	command := strings.ReplaceAll(strings.Join(header, " "), "\\ ", "")
+	create := regexp.MustCompile(`kubectl -n tollgated create secret generic (\S+) (.*?)kubectl`).FindStringSubmatch(command)
+	if create == nil {
+		t.Fatalf("%s's header does not say how to create the Secret:\n%s", path, strings.Join(header, "\n"))
+	}
+	set := map[string]bool{} // the keys the command sets
+	for _, m := range regexp.MustCompile(`--from-literal=([a-z-]+)=`).FindAllStringSubmatch(create[2], -1) {
+		set[m[1]] = true
+	}
+	if strings.Contains(command, "replace-me") {
+		t.Errorf("%s still tells the operator to replace placeholders", path)
+	}
+	if !strings.Contains(command, "apply -f "+strings.TrimPrefix(path, "./")) && !strings.Contains(command, "apply -f packaging/"+path) {
+		t.Errorf("%s's header does not apply the file after creating the Secret", path)
+	}
+	for _, d := range docs {
+		if d["kind"] != "StatefulSet" {
+			continue
+		}
+		spec := at(t, d, "spec", "template", "spec")
+		for _, v := range at(t, spec, "volumes").([]any) {
+			s, ok := v.(map[string]any)["secret"].(map[string]any)
+			if !ok {
+				continue
+			}
+			if s["secretName"] != create[1] || s["optional"] == true {
+				t.Errorf("volume reads Secret %v (optional %v), the header creates %s", s["secretName"], s["optional"], create[1])
+			}
+			items, _ := s["items"].([]any)
+			for _, it := range items {
+				if key := it.(map[string]any)["key"].(string); !set[key] {
+					t.Errorf("the volume reads key %s, which the header's command does not set", key)
+				}
+			}
+		}
+		for _, e := range at(t, spec, "containers", 0, "env").([]any) {
+			from, _ := e.(map[string]any)["valueFrom"].(map[string]any)
+			if ref, ok := from["secretKeyRef"].(map[string]any); ok {
+				if ref["name"] != create[1] || !set[ref["key"].(string)] {
+					t.Errorf("env reads %v, which the header's command does not create", ref)
+				}
+			}
+		}
+	}
+}
+
 func TestKubernetesSingleNode(t *testing.T) {
 	docs := manifests(t, "kubernetes/single-node/tollgated.yaml")
 	checkStatefulSet(t, docs)
+	secretsComeFromOutside(t, "kubernetes/single-node/tollgated.yaml", docs)
 	for _, d := range docs {
 		if d["kind"] == "StatefulSet" && at(t, d, "spec", "replicas") != 1 {
 			t.Error("a single node's StatefulSet must have one replica: its ledger is its own")
@@ -342,6 +409,7 @@ func TestKubernetesSingleNode(t *testing.T) {
 func TestKubernetesFleetOnPostgreSQL(t *testing.T) {
 	docs := manifests(t, "kubernetes/fleet/tollgated-fleet.yaml")
 	env := checkStatefulSet(t, docs)
+	secretsComeFromOutside(t, "kubernetes/fleet/tollgated-fleet.yaml", docs)
 	if at(t, env["TOLLGATED_LEDGER"], "secretKeyRef", "key") != "ledger-url" {
 		t.Error("the fleet's ledger URL is not read from the Secret")
 	}
@@ -350,6 +418,126 @@ func TestKubernetesFleetOnPostgreSQL(t *testing.T) {
 			if n, _ := at(t, d, "spec", "replicas").(int); n < 2 {
 				t.Errorf("a fleet of %d", n)
 			}
+		}
+	}
+}
+
+// dockerignore reads the repository's .dockerignore: its patterns, in
+// order, comments and blank lines left out.
+func dockerignore(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile("../.dockerignore")
+	if err != nil {
+		t.Fatalf("no .dockerignore: docker build sends the whole repository, data directories and secrets included: %v", err)
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// ignoredByDocker reports whether docker leaves p (slash-separated,
+// relative to the context) out of the build context under patterns, as its
+// pattern matcher does: the last pattern that matches p or one of its
+// parent directories decides, a "!" pattern bringing it back; "**" matches
+// any number of directories, other segments as path.Match does.
+func ignoredByDocker(patterns []string, p string) bool {
+	ignored := false
+	for _, raw := range patterns {
+		pat, keep := strings.CutPrefix(raw, "!")
+		pat = path.Clean(strings.TrimPrefix(pat, "/"))
+		segs := strings.Split(p, "/")
+		for n := 1; n <= len(segs); n++ {
+			if matchSegments(strings.Split(pat, "/"), segs[:n]) {
+				ignored = !keep
+				break
+			}
+		}
+	}
+	return ignored
+}
+
+func matchSegments(pat, segs []string) bool {
+	if len(pat) == 0 {
+		return len(segs) == 0
+	}
+	if pat[0] == "**" {
+		for i := 0; i <= len(segs); i++ {
+			if matchSegments(pat[1:], segs[i:]) {
+				return true
+			}
+		}
+		return false
+	}
+	if len(segs) == 0 {
+		return false
+	}
+	ok, err := path.Match(pat[0], segs[0])
+	return err == nil && ok && matchSegments(pat[1:], segs[1:])
+}
+
+// TestDockerignoreSendsSourcesOnly: the image's build context leaves out
+// data directories (wherever they are: the ledger, the usage spool, the
+// server secret), the compose fleet's secret files, keys, and build and
+// test outputs, and keeps every file the repository tracks, so the build
+// (COPY . .) has all it needs.
+func TestDockerignoreSendsSourcesOnly(t *testing.T) {
+	patterns := dockerignore(t)
+	for _, p := range []string{
+		"tollgated-data/ledger.db", "tollgated-data/secret", "tollgated-data/spool/00000001.seg", "tollgated-data/node-id",
+		"quickstart-data/secret", "quickstart-data/ledger.db", "cmd/tollgated/tollgated-data/ledger.db",
+		"somewhere/else/ledger.db", "packaging/compose/secrets/admin-token", "packaging/compose/secrets/ledger-url",
+		"tls/server.key", "tls/server.pem", ".env", "bin/tollgated", "artifacts/dashboard-live.png",
+		"cmd/tollgated/tollgated.test", "cpu.prof", "tollgated", "tollgatectl", ".git/config",
+	} {
+		if !ignoredByDocker(patterns, p) {
+			t.Errorf("%s would be sent to docker build", p)
+		}
+	}
+	out, err := exec.Command("git", "-C", "..", "ls-files").Output()
+	if err != nil {
+		t.Skipf("git ls-files: %v (the tracked files are checked where git is)", err)
+	}
+	files := strings.Fields(string(out))
+	if len(files) < 100 || !slices.Contains(files, "go.mod") {
+		t.Fatalf("git ls-files listed %d files", len(files))
+	}
+	for _, f := range files {
+		if ignoredByDocker(patterns, f) {
+			t.Errorf("%s is tracked (the build may need it) but left out of the build context", f)
+		}
+	}
+	for _, in := range parseDockerfile(t, "Dockerfile") {
+		if in.op == "COPY" && strings.HasPrefix(in.args, ". ") && !slices.Contains(patterns, "**/tollgated-data") {
+			t.Error("COPY . . without leaving the data directories out")
+		}
+	}
+}
+
+// TestIgnoredByDockerMatchesDockersRules pins the matcher the test above
+// relies on to docker's documented examples.
+func TestIgnoredByDockerMatchesDockersRules(t *testing.T) {
+	for _, c := range []struct {
+		patterns []string
+		path     string
+		want     bool
+	}{
+		{[]string{"*/temp*"}, "somedir/temporary.txt", true},
+		{[]string{"*/temp*"}, "temporary.txt", false},
+		{[]string{"*/*/temp*"}, "somedir/subdir/temporary.txt", true},
+		{[]string{"temp?"}, "tempa", true},
+		{[]string{"**/*.go"}, "a/b/c.go", true},
+		{[]string{"**/*.go"}, "c.go", true},
+		{[]string{"*.md", "!README*.md"}, "README-secret.md", false},
+		{[]string{"*.md", "!README*.md", "README-secret.md"}, "README-secret.md", true},
+		{[]string{"bin"}, "bin/x/y", true},
+		{[]string{"/tollgated"}, "cmd/tollgated/main.go", false},
+	} {
+		if got := ignoredByDocker(c.patterns, c.path); got != c.want {
+			t.Errorf("%q on %s: %v, want %v", c.patterns, c.path, got, c.want)
 		}
 	}
 }

@@ -12,9 +12,9 @@ import (
 	"unicode/utf8"
 )
 
-// decodeError turns encoding/json's errors into ErrMalformed or a
-// *FieldError that names the field.
-func decodeError(err error) error {
+// decodeError turns encoding/json's errors on doc into ErrMalformed or a
+// *FieldError that names the field with its path (limits.unit_brst).
+func decodeError(doc []byte, err error) error {
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
 		return fieldErr(te.Field, "must be %s, not %s", describeType(te.Type), te.Value)
@@ -23,9 +23,54 @@ func decodeError(err error) error {
 		if n, uerr := strconv.Unquote(name); uerr == nil {
 			name = n
 		}
+		// The decoder names the key alone; the first unknown key in
+		// document order is the one it refused.
+		if path, ok := unknownFieldPath(doc); ok {
+			name = path
+		}
 		return fieldErr(name, "unknown field")
 	}
 	return fmt.Errorf("%w: %w", ErrMalformed, err)
+}
+
+// unknownFieldPath is the path of the first key, in document order, that
+// no field of a Document has, if there is one within maxWalkDepth.
+func unknownFieldPath(doc []byte) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	var walk func(path string, depth int, t reflect.Type) (string, bool)
+	walk = func(path string, depth int, t reflect.Type) (string, bool) {
+		tok, err := dec.Token()
+		if err != nil || (tok != json.Delim('{') && tok != json.Delim('[')) {
+			return "", false
+		}
+		if depth >= maxWalkDepth {
+			skipNested(dec)
+			return "", false
+		}
+		for t != nil && t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		for i := 0; dec.More(); i++ {
+			p, within := path+"["+strconv.Itoa(i)+"]", typeWithin(t, reflect.Slice, "")
+			if tok == json.Delim('{') {
+				kt, err := dec.Token()
+				key, _ := kt.(string)
+				if err != nil {
+					return "", false
+				}
+				p, within = join(path, key), typeWithin(t, reflect.Struct, foldKey(key))
+				if within == nil && t != nil && t.Kind() == reflect.Struct {
+					return p, true
+				}
+			}
+			if p, ok := walk(p, depth+1, within); ok {
+				return p, true
+			}
+		}
+		dec.Token() // the closing delimiter
+		return "", false
+	}
+	return walk("", 0, reflect.TypeFor[Document]())
 }
 
 // describeType says what a Go field type accepts, in JSON terms.

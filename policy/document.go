@@ -143,7 +143,7 @@ func Parse(doc []byte) (*Document, error) {
 	dec.DisallowUnknownFields()
 	var d Document
 	if err := dec.Decode(&d); err != nil {
-		return nil, decodeError(err)
+		return nil, decodeError(doc, err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, fmt.Errorf("%w: data after the policy object", ErrMalformed)

@@ -100,7 +100,9 @@ func TestParseNamesTheField(t *testing.T) {
 	}
 	cases := []struct{ doc, field string }{
 		{base(`,"bogus":1`), "bogus"},
-		{`{"operations":{"a":{"weight":1,"extra":2}},"limits":{"max_items":1}}`, "extra"},
+		{`{"operations":{"a":{"weight":1,"extra":2}},"limits":{"max_items":1}}`, "operations.a.extra"},
+		{`{"limits":{"max_items":1,"unit_brst":5}}`, "limits.unit_brst"},
+		{`{"Limits":{"Max_Items":1,"nope":5}}`, "Limits.nope"},
 		{base(`,"mode":"strict","mode":"elastic"`), "mode"},
 		{`{"operations":{"a":{"weight":1},"a":{"weight":2}},"limits":{"max_items":1}}`, "operations.a"},
 		{`{"operations":{"a":{"weight":-1}},"limits":{"max_items":1}}`, "operations.weight"},

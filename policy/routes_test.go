@@ -135,7 +135,7 @@ func TestRouteErrorsNameTheField(t *testing.T) {
 		{rule(`{"path":"/","op":"requests","count":1,"capture":true,"ttl_ms":-1}`), "routes.rules[0].ttl_ms"},
 		{rule(`{"path":"/","op":"requests","count":1,"capture":true,"ttl_ms":86400001}`), "routes.rules[0].ttl_ms"},
 		{rule(`{"path":"/","deny":true,"op":"requests"}`), "routes.rules[0].deny"},
-		{rule(`{"path":"/","op":"requests","count":1,"price":3}`), "price"},
+		{rule(`{"path":"/","op":"requests","count":1,"price":3}`), "routes.rules[0].price"},
 		{rule(`{"path":"/","op":"requests","count":1,"capture":"yes"}`), "routes.rules.capture"},
 		{rule(`{"path":"/","path":"/x","op":"requests","count":1}`), "routes.rules[0].path"},
 		{`{"operations":{"requests":{"weight":1}},"limits":{"max_items":10},"routes":{"default":{"op":"requests"}}}`, "routes.default.count"},
@@ -254,7 +254,7 @@ func TestRouteErrorsNameTheNewFields(t *testing.T) {
 		{rule(`{"path":"/","op":"requests","count":1,"count_header":"X-Original-URI"}`), "routes.rules[0].count_header"},
 		{rule(`{"path":"/","op":"requests","count":1,"count_header":"x-tollgate-units"}`), "routes.rules[0].count_header"},
 		{`{"operations":{"requests":{"weight":1}},"limits":{"max_items":10},"routes":{"rules":[],"uri":{"case_insensitive":"yes"}}}`, "routes.uri.case_insensitive"},
-		{`{"operations":{"requests":{"weight":1}},"limits":{"max_items":10},"routes":{"rules":[],"uri":{"nope":1}}}`, "nope"},
+		{`{"operations":{"requests":{"weight":1}},"limits":{"max_items":10},"routes":{"rules":[],"uri":{"nope":1}}}`, "routes.uri.nope"},
 	}
 	for _, c := range cases {
 		_, err := Parse([]byte(c.doc))

@@ -61,8 +61,9 @@ const detailAgentID = "agent_id must be given once: 1 to 64 bytes of UTF-8 witho
 // provisioned account is an agent_id: a deployment of one level (an org
 // only, like the quickstart's) asks about its org. The answer walks the
 // account's chain: its own standing, then its ancestors' (nearest first),
-// then the tenancy headers, then the funding evidence of the tightest
-// scope; a deny names the scope that caused it. An id that names no
+// then the tenancy headers, then the funding evidence of its chain; a deny
+// names the scope that caused it and when rollovers alone let the agent
+// start again (null when none will). An id that names no
 // provisioned account is denied (unknown_agent): an error status would
 // make the agent fail open, run unbounded and report usage nobody bills.
 func (s *Shard) serveAdmission(r *Request) {
@@ -89,14 +90,20 @@ func (s *Shard) serveAdmission(r *Request) {
 		return
 	}
 	if cell != nil && cell.Present() {
-		if ev, ok := cell.Load(); ok && (ev.PeriodEnd == 0 || r.Now < ev.PeriodEnd) &&
-			(ev.Remaining == 0 || ev.Remaining < snap.DenyThreshold) {
-			window := ev.Period.Window()
-			if window == "" {
-				window = windowNone
+		// The evidence says what the chain can spend across period
+		// boundaries (the rollover rule): a chain whose debt outlasts the
+		// boundary stays denied through it, before the ledger's rollover
+		// is republished.
+		need := max(snap.DenyThreshold, 1)
+		if ev, ok := cell.Load(); ok {
+			if left, ok := ev.At(r.Now); ok && left < need {
+				window := ev.Period.Window()
+				if window == "" {
+					window = windowNone
+				}
+				s.writeAdmissionDeny(r.Resp, AdmissionCostLimit, ev.Scope, window, ev.ResetFor(need, r.Now))
+				return
 			}
-			s.writeAdmissionDeny(r.Resp, AdmissionCostLimit, ev.Scope, window, ev.PeriodEnd)
-			return
 		}
 	}
 	s.platformStats.Decisions[AdmissionAdmit]++
@@ -186,13 +193,7 @@ func (s *Shard) writeAdmissionDeny(resp *fasthttp.Response, reason AdmissionReas
 	b = append(b, `","window":"`...)
 	b = append(b, window...)
 	b = append(b, `","reset_at":`...)
-	if resetAt == 0 {
-		b = append(b, "null"...)
-	} else {
-		b = append(b, '"')
-		b = time.Unix(0, resetAt).UTC().AppendFormat(b, time.RFC3339)
-		b = append(b, '"')
-	}
+	b = appendResetAt(b, resetAt)
 	b = append(b, '}')
 	s.writeJSON(resp, fasthttp.StatusOK, b)
 }
@@ -242,4 +243,15 @@ func (s *Shard) platformPrincipal(key []byte, now int64) (core.Principal, bool) 
 	}
 	s.cache.Store(key, p, now+s.cfg.CredentialTTL)
 	return p, true
+}
+
+// appendResetAt appends a reset time as seed 000 spells it: RFC 3339 in
+// UTC, or null for none (0) — never "", which agents read as malformed.
+func appendResetAt(b []byte, resetAt int64) []byte {
+	if resetAt == 0 {
+		return append(b, "null"...)
+	}
+	b = append(b, '"')
+	b = time.Unix(0, resetAt).UTC().AppendFormat(b, time.RFC3339)
+	return append(b, '"')
 }

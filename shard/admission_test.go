@@ -10,6 +10,7 @@ import (
 	"github.com/tollgated/tollgated/control/message"
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/credential"
+	"github.com/tollgated/tollgated/ledger"
 )
 
 const platformToken = "tgp_platform"
@@ -66,7 +67,8 @@ func TestAdmissionAdmitsWithExactlyFiveNullFields(t *testing.T) {
 func TestAdmissionDeniesWhenAScopeIsExhausted(t *testing.T) {
 	h, cell := agentHarness(t, 0)
 	end := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC).UnixNano()
-	cell.Store(core.FundingEvidence{Remaining: 0, Scope: core.ScopeWorkspace, Period: core.PeriodDay, PeriodEnd: end})
+	cell.Store(core.FundingEvidence{Remaining: 0, ResetAt: end, Scope: core.ScopeWorkspace, Period: core.PeriodDay, PeriodEnd: end,
+		Next: 1000, Ceiling: core.MaxCostUnits})
 	status, m, body := h.admission("?agent_id=a1")
 	if status != 200 || len(m) != 5 || m["decision"] != "deny" || m["reason"] != "cost_limit_exceeded" ||
 		m["scope"] != "workspace" || m["window"] != "daily" || m["reset_at"] != "2026-12-03T00:00:00Z" {
@@ -92,7 +94,8 @@ func TestAdmissionDeniesBelowTheThresholdWithNullResetWhenNoPeriod(t *testing.T)
 
 func TestAdmissionIgnoresEvidenceOfAPastPeriod(t *testing.T) {
 	h, cell := agentHarness(t, 0)
-	cell.Store(core.FundingEvidence{Remaining: 0, Scope: core.ScopeAgent, Period: core.PeriodDay, PeriodEnd: t0})
+	cell.Store(core.FundingEvidence{Remaining: 0, ResetAt: t0, Scope: core.ScopeAgent, Period: core.PeriodDay, PeriodEnd: t0,
+		Next: 1000, Ceiling: core.MaxCostUnits})
 	if _, m, body := h.admission("?agent_id=a1"); m["decision"] != "admit" {
 		t.Fatalf("stale evidence still denies: %s", body)
 	}
@@ -153,7 +156,8 @@ func TestAdmissionErrors(t *testing.T) {
 
 func TestAdmissionAllocatesNothingWhenWarm(t *testing.T) {
 	h, cell := agentHarness(t, 0)
-	cell.Store(core.FundingEvidence{Remaining: 0, Scope: core.ScopeWorkspace, Period: core.PeriodDay, PeriodEnd: t0 + 3600e9})
+	cell.Store(core.FundingEvidence{Remaining: 0, ResetAt: t0 + 3600e9, Scope: core.ScopeWorkspace, Period: core.PeriodDay,
+		PeriodEnd: t0 + 3600e9, Next: 1000, Ceiling: core.MaxCostUnits})
 	req, resp := fasthttp.AcquireRequest(), &fasthttp.Response{}
 	req.Header.SetMethod("GET")
 	req.SetRequestURI("/v1/admission?agent_id=a1")
@@ -183,5 +187,102 @@ func BenchmarkAdmission(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		h.s.Serve(r)
+	}
+}
+
+func (h *harness) admissionAt(now int64, query string) (map[string]any, []byte) {
+	h.t.Helper()
+	req, resp := fasthttp.AcquireRequest(), &fasthttp.Response{}
+	req.Header.SetMethod("GET")
+	req.SetRequestURI("/v1/admission" + query)
+	req.Header.Set("Authorization", "Bearer "+platformToken)
+	h.s.Serve(&Request{Req: req, Resp: resp, Now: now})
+	var m map[string]any
+	json.Unmarshal(resp.Body(), &m)
+	return m, append([]byte(nil), resp.Body()...)
+}
+
+// TestAdmissionAgreesWithTheRolloverAtEveryBoundary: an agent's chain as
+// the ledger keeps it — a workspace with a daily budget, an org with a
+// monthly one — after debts, exhaustion and spending. At each of the next
+// forty midnights the shard is asked just after the boundary, first with
+// the evidence published before it (the ledger's maintenance has not
+// rolled the budgets yet), then after the rollover is republished: both
+// answers agree, so no admit window opens at a boundary. And the deny's
+// reset_at is the first boundary at which the agent is admitted (null
+// when it never is).
+func TestAdmissionAgreesWithTheRolloverAtEveryBoundary(t *testing.T) {
+	const day = int64(24 * time.Hour)
+	start := time.Unix(0, t0).UTC()
+	midnight := time.Date(start.Year(), start.Month(), start.Day()+1, 0, 0, 0, 0, time.UTC).UnixNano()
+	monthEnd := time.Date(start.Year(), start.Month()+1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	for _, c := range []struct {
+		name      string
+		threshold core.CostUnits
+		wsDebt    core.CostUnits // beyond a spent workspace allowance of 100 a day
+		orgSpent  bool           // the org's monthly allowance of 10000 is spent too
+		admitted  int64          // the first boundary that admits; 0: none within forty days
+	}{
+		{"a debt of twenty days", 0, 2000, false, midnight + 20*day},
+		{"a debt of half a day", 0, 50, false, midnight},
+		{"workspace and org spent", 0, 0, true, monthEnd},
+		{"a threshold the first reset does not reach", 80, 30, false, midnight + day},
+		{"a threshold no reset reaches", 150, 0, false, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h, cell := agentHarness(t, c.threshold)
+			org := &ledger.Account{AccountSpec: ledger.AccountSpec{ID: "org"}, Scope: core.ScopeOrg, Status: core.StatusActive}
+			ws := &ledger.Account{AccountSpec: ledger.AccountSpec{ID: "ws", Parent: "org"}, Scope: core.ScopeWorkspace, Status: core.StatusActive}
+			spend := func(a *ledger.Account, b ledger.Budget, spent bool, debt core.CostUnits) {
+				if _, err := ledger.ChangeBudget(a, b, t0); err != nil {
+					t.Fatal(err)
+				}
+				if spent {
+					a.Settled, a.AllowanceLeft, a.Overage = a.AllowanceLeft+debt, 0, debt
+				}
+			}
+			spend(org, ledger.Budget{Allowance: 10_000, Period: ledger.PeriodMonth}, c.orgSpent, 0)
+			spend(ws, ledger.Budget{Allowance: 100, Period: ledger.PeriodDay}, true, c.wsDebt)
+			chain := []*ledger.Account{ws, org}
+			publish := func() {
+				ev, err := ledger.EvidenceOf(chain)
+				if err != nil {
+					t.Fatal(err)
+				}
+				cell.Store(ev)
+			}
+			publish()
+			first, body := h.admissionAt(t0, "?agent_id=a1")
+			if first["decision"] != "deny" {
+				t.Fatalf("before any boundary: %s", body)
+			}
+			admitted := int64(0)
+			for b := midnight; b < midnight+40*day; b += day {
+				stale, staleBody := h.admissionAt(b+1e6, "?agent_id=a1")
+				for _, a := range chain {
+					if _, err := ledger.RollOver(a, b); err != nil {
+						t.Fatal(err)
+					}
+				}
+				publish()
+				fresh, freshBody := h.admissionAt(b+1e6, "?agent_id=a1")
+				if stale["decision"] != fresh["decision"] || stale["reset_at"] != fresh["reset_at"] {
+					t.Fatalf("at %s: before the rollover was published %s, after %s", time.Unix(0, b).UTC(), staleBody, freshBody)
+				}
+				if fresh["decision"] == "admit" && admitted == 0 {
+					admitted = b
+				}
+			}
+			if admitted != c.admitted {
+				t.Fatalf("first admitted at %d, want %d", admitted, c.admitted)
+			}
+			want := any(nil)
+			if c.admitted != 0 {
+				want = time.Unix(0, c.admitted).UTC().Format(time.RFC3339)
+			}
+			if first["reset_at"] != want {
+				t.Fatalf("the first deny said reset_at %v, the agent was admitted at %v: %s", first["reset_at"], want, body)
+			}
+		})
 	}
 }

@@ -214,9 +214,9 @@ func (s *Shard) runAdmit(r *Request, p core.Principal, mode admitMode, w *fundin
 	s.flushRefills(now)
 	if d.Denied() {
 		if !s.waitForFunding(r, p, &ctx, &a, mode, d, w) {
-			if d.RetryAfter == 0 && d.PeriodEnd > now {
-				// The budget's next period brings a new allowance.
-				d.RetryAfter = d.PeriodEnd - now
+			if d.RetryAfter == 0 && d.ResetAt > now {
+				// A later period's allowance funds the request.
+				d.RetryAfter = d.ResetAt - now
 			}
 			s.writeDenial(r.Resp, d)
 			if mode == modeAuthz {

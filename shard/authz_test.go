@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -604,8 +605,9 @@ func TestAuthzRefusalAllocatesNothingWhenWarm(t *testing.T) {
 }
 
 // TestExhaustedBudgetSaysWhenItsPeriodEnds: a 402 for a budget with a
-// period carries Retry-After until the period ends, on /v1/authz as on
-// /v1/check (the next allowance is what changes the answer).
+// period carries reset_at and Retry-After until the reset that funds it,
+// on /v1/authz as on /v1/check (the next allowance is what changes the
+// answer); reset_at is null when no reset will.
 func TestExhaustedBudgetSaysWhenItsPeriodEnds(t *testing.T) {
 	h := newHarnessWith(t, Config{ID: 0, Secret: testSecret, MaxReservations: 256, UsageHeadroom: 4,
 		FundingWait: NoFundingWait}, 1024)
@@ -613,15 +615,23 @@ func TestExhaustedBudgetSaysWhenItsPeriodEnds(t *testing.T) {
 	cell := new(core.EvidenceCell)
 	h.in.Push(message.Inbound{Kind: message.InEvidence, Account: "acme", Evidence: cell})
 	h.s.Poll(t0)
-	cell.Store(core.FundingEvidence{Remaining: 0, PeriodEnd: t0 + 3600e9 + 1})
+	cell.Store(core.FundingEvidence{Remaining: 0, ResetAt: t0 + 3600e9 + 1, PeriodEnd: t0 + 3600e9 + 1, Next: core.MaxCostUnits,
+		Ceiling: core.MaxCostUnits})
 	resp := h.authz("GET", "/v1/authz", bearerAcme, "X-Original-Method: POST", "X-Original-URI: /v1/chat")
 	if m := problem(t, "authz", resp); resp.StatusCode() != 402 || m["code"] != "balance-exhausted" ||
 		string(resp.Header.Peek("Retry-After")) != "3600" {
 		t.Fatalf("authz over budget: %d %v, Retry-After %q", resp.StatusCode(), m, resp.Header.Peek("Retry-After"))
 	}
 	st, body, resp := h.do("POST", "/v1/check", "key-acme", chatBody)
-	if st != 402 || body["retry_after_ms"] != float64(3600e3) || string(resp.Header.Peek("Retry-After")) != "3600" {
+	if st != 402 || body["retry_after_ms"] != float64(3600e3) || string(resp.Header.Peek("Retry-After")) != "3600" ||
+		body["reset_at"] != time.Unix(0, t0+3600e9+1).UTC().Format(time.RFC3339) {
 		t.Fatalf("check over budget: %d %v, Retry-After %q", st, body, resp.Header.Peek("Retry-After"))
+	}
+	// No reset funds it: reset_at null, no Retry-After.
+	cell.Store(core.FundingEvidence{Remaining: 0, ResetAt: t0 + 3600e9 + 1, Next: 1, Ceiling: 1})
+	st, body, resp = h.do("POST", "/v1/check", "key-acme", chatBody)
+	if v, ok := body["reset_at"]; st != 402 || !ok || v != nil || len(resp.Header.Peek("Retry-After")) != 0 {
+		t.Fatalf("check beyond any reset: %d %v, Retry-After %q", st, body, resp.Header.Peek("Retry-After"))
 	}
 }
 

@@ -103,7 +103,7 @@ func TestPublishedEvidenceEndsTheWaitWith402(t *testing.T) {
 		t.Fatal("not parked")
 	}
 	// The plane publishes the ledger's refusal without a message.
-	cell.Store(core.FundingEvidence{Remaining: 0, PeriodEnd: t0 + 3600e9})
+	cell.Store(core.FundingEvidence{Remaining: 0, ResetAt: t0 + 3600e9, PeriodEnd: t0 + 3600e9})
 	h.s.Poll(t0 + 2)
 	st, body := h.answer(resp)
 	if st != 402 || body["code"] != "balance-exhausted" {
@@ -302,7 +302,7 @@ func TestEvidenceAttachedWhileWaitingIsWatched(t *testing.T) {
 	if len(h.parked) != 1 {
 		t.Fatal("answered without funding")
 	}
-	cell.Store(core.FundingEvidence{Remaining: 0, PeriodEnd: t0 + 3600e9})
+	cell.Store(core.FundingEvidence{Remaining: 0, ResetAt: t0 + 3600e9, PeriodEnd: t0 + 3600e9})
 	h.s.Poll(t0 + 3)
 	if st, body := h.answer(resp); st != 402 || body["code"] != "balance-exhausted" {
 		t.Fatalf("after the evidence: %d %v", st, body)

@@ -318,7 +318,8 @@ func FuzzAdmission(f *testing.F) {
 		// The agent's funding follows the input too, so denies with a
 		// period and a reset are reached.
 		if pick%4 == 2 {
-			cell.Store(core.FundingEvidence{Remaining: 0, Scope: core.ScopeWorkspace, Period: core.PeriodDay, PeriodEnd: z.now + 3600e9})
+			cell.Store(core.FundingEvidence{Remaining: 0, ResetAt: z.now + 3600e9, Scope: core.ScopeWorkspace, Period: core.PeriodDay,
+				PeriodEnd: z.now + 3600e9, Next: 1000, Ceiling: core.MaxCostUnits})
 		} else {
 			cell.Store(core.FundingEvidence{Remaining: 1000, Scope: core.ScopeAgent})
 		}

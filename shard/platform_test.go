@@ -47,7 +47,8 @@ func TestAdmissionOfOrgAndWorkspaceIDs(t *testing.T) {
 			t.Errorf("%s %v: %d %s", c.query, c.headers, status, body)
 		}
 	}
-	cells["org"].Store(core.FundingEvidence{Remaining: 0, Scope: core.ScopeOrg, Period: core.PeriodDay, PeriodEnd: end})
+	cells["org"].Store(core.FundingEvidence{Remaining: 0, ResetAt: end, Scope: core.ScopeOrg, Period: core.PeriodDay, PeriodEnd: end,
+		Next: 1000, Ceiling: core.MaxCostUnits})
 	if _, _, body := h.admission("?agent_id=org"); string(body) != `{"decision":"deny","reason":"cost_limit_exceeded","scope":"org","window":"daily","reset_at":"2026-12-03T00:00:00Z"}` {
 		t.Fatalf("spent org = %s", body)
 	}

@@ -105,6 +105,10 @@ func (s *Shard) writeDenial(resp *fasthttp.Response, d core.Denial) {
 		b = append(b, `,"remaining":`...)
 		b = strconv.AppendUint(b, uint64(d.Remaining), 10)
 	}
+	if r == core.DenyBalanceExhausted || r == core.DenyBalanceInsufficient {
+		b = append(b, `,"reset_at":`...)
+		b = appendResetAt(b, d.ResetAt)
+	}
 	b = append(b, '}')
 	s.out = b
 	if r == core.DenyUnknownPrincipal {

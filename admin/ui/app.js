@@ -1,6 +1,12 @@
 // tollgated's dashboard: reads this node's admin API and /metrics with the
 // admin token the operator signs in with, and redraws every REFRESH_MS.
 // Plain script, no build step; it writes data into the page only as text.
+//
+// What it shows and offers follows the token's role (GET /v1/whoami): a
+// section or button needing a permission the role lacks is not there, so
+// nothing on the page fails for want of one. Signing out, or any 401 (a
+// revoked token), empties every table, chart and figure, and an answer
+// still on its way from before is dropped, not drawn.
 'use strict';
 
 const TOKEN_KEY = 'tollgated.admin-token';
@@ -17,18 +23,27 @@ let samples = [];      // parsed /metrics scrapes, oldest first
 let auditCursor = null; // where the audit log continues
 let auditRows = [];    // newest first
 let timer = null;
+let perms = new Set(); // what the signed-in token's role may do
+let session = 0;       // bumped at every sign-in and sign-out: older answers are dropped
 
 class Unauthorized extends Error {}
+class Stale extends Error {} // an answer for a session that has ended
+
+const may = (p) => perms.has(p);
 
 // api calls the admin API with the token; a problem answer becomes an
-// Error carrying its status, code and detail.
-async function api(path) {
+// Error carrying its status, code and detail. An answer that arrives after
+// the session it was asked for ended is thrown away (Stale).
+async function api(path, method = 'GET', body = undefined) {
+  const asked = session;
   const token = sessionStorage.getItem(TOKEN_KEY);
+  const headers = { Authorization: 'Bearer ' + token };
+  if (body !== undefined) headers['Content-Type'] = 'application/json';
   const resp = await fetch(path, {
-    headers: { Authorization: 'Bearer ' + token },
-    cache: 'no-store',
-    redirect: 'error',
+    method, headers, cache: 'no-store', redirect: 'error',
+    body: body === undefined ? undefined : JSON.stringify(body),
   });
+  if (asked !== session) throw new Stale();
   if (resp.status === 401) throw new Unauthorized();
   if (!resp.ok) {
     let msg = 'HTTP ' + resp.status;
@@ -42,7 +57,10 @@ async function api(path) {
 }
 
 async function getJSON(path) {
-  return (await api(path)).json();
+  const asked = session;
+  const v = await (await api(path)).json();
+  if (asked !== session) throw new Stale();
+  return v;
 }
 
 // listAll follows a list's next_cursor, at most MAX_PAGES pages.
@@ -93,6 +111,31 @@ function sampleOf(metrics, t) {
     }
   }
   return s;
+}
+
+// historySample turns a sample of the node's history (GET
+// /v1/metrics/history) into the shape sampleOf makes, on this browser's
+// clock (skew: this clock less the node's).
+function historySample(h, skew) {
+  const latency = {};
+  for (const [route, buckets] of Object.entries(h.latency || {})) {
+    const r = (latency[route] = {});
+    for (const [le, n] of Object.entries(buckets)) r[le === '+Inf' ? Infinity : Number(le)] = n;
+  }
+  return {
+    t: h.t + skew, requests: h.requests || {}, admitted: h.admitted || 0, denials: h.denials || {},
+    conns: h.connections || {}, inFlight: h.in_flight || {}, latency,
+  };
+}
+
+// seedHistory starts the charts from the node's last minutes: a new tab
+// shows the recent past at once.
+async function seedHistory() {
+  const before = Date.now();
+  const h = await getJSON('/v1/metrics/history');
+  const skew = Math.round((before + Date.now()) / 2) - h.now_ms;
+  samples = h.samples.map((s) => historySample(s, skew)).slice(-HISTORY);
+  document.body.dataset.history = String(samples.length);
 }
 
 const sum = (o) => Object.values(o).reduce((a, b) => a + b, 0);
@@ -269,6 +312,7 @@ function renderShards() {
 // renderAccounts draws the account tree: each account under its parent,
 // with spend against its budget and where its money is.
 function renderAccounts(accounts) {
+  const acting = may('account.status');
   const kids = {};
   const roots = [];
   const byId = {};
@@ -284,21 +328,42 @@ function renderAccounts(accounts) {
     if (a.budget && a.budget.allowance > 0) {
       // Units this node's leases hold unspent go back to the allowance:
       // not spent (tollgatectl's spendAgainstBudget says the same).
-      const held = (a.funds && a.funds.held_unspent) || 0;
-      const used = Math.min(Math.max(a.budget.allowance - a.allowance_left - held, 0), a.budget.allowance);
+      const held = a.funds.held_unspent || 0;
+      const used = Math.min(Math.max(a.budget.allowance - a.funds.allowance_left - held, 0), a.budget.allowance);
       spent.append(meter(used / a.budget.allowance), fmtNumber(used) + ' / ' + fmtNumber(a.budget.allowance) + ' per ' + a.budget.period);
     } else {
       spent.textContent = '–';
     }
-    rows.push({
-      attrs: { account: a.id },
-      cells: [name, el('span', 'status-' + a.status, a.status), spent, fmtTime(a.period_end),
-        fmtNumber(a.funds.available), fmtNumber(a.funds.in_leases), fmtNumber(a.settled)],
-    });
+    const cells = [name, el('span', 'status-' + a.status, a.status), spent, fmtTime(a.period_end),
+      fmtNumber(a.funds.can_spend), fmtNumber(a.funds.in_leases), fmtNumber(a.funds.spent), fmtNumber(a.funds.owed)];
+    if (acting) cells.push(statusAction(a));
+    rows.push({ attrs: { account: a.id }, cells });
     for (const k of (kids[id] || []).sort()) walk(k, depth + 1);
   };
   for (const r of roots.sort()) walk(r, 0);
   fill($('accounts'), rows);
+}
+
+// statusAction is the button that suspends an active account or resumes a
+// suspended one (closing, which is final, is left to the API); only for a
+// role with account.status.
+function statusAction(a) {
+  const span = el('span', 'actions');
+  const to = { active: 'suspended', suspended: 'active' }[a.status];
+  if (!to) return span;
+  const b = el('button', '', to === 'suspended' ? 'Suspend' : 'Resume');
+  b.dataset.action = to;
+  b.addEventListener('click', async () => {
+    b.disabled = true;
+    try {
+      await api('/v1/accounts/' + encodeURIComponent(a.id) + '/status', 'POST', { status: to });
+      refresh();
+    } catch (e) {
+      failed(e);
+    }
+  });
+  span.append(b);
+  return span;
 }
 
 function renderLeases(leases) {
@@ -324,48 +389,94 @@ async function refreshAudit() {
 
 async function refresh() {
   clearTimeout(timer);
+  const asked = session;
   try {
+    const reads = may('read');
     const [metricsText, accounts, leases] = await Promise.all([
       api('/metrics').then((r) => r.text()),
-      listAll('/v1/accounts'),
-      listAll('/v1/leases?active=true'),
-      refreshAudit(),
+      reads ? listAll('/v1/accounts') : [],
+      reads ? listAll('/v1/leases?active=true') : [],
+      reads ? refreshAudit() : null,
     ]);
+    if (asked !== session) return;
     samples.push(sampleOf(parseMetrics(metricsText), Date.now()));
     if (samples.length > HISTORY) samples = samples.slice(-HISTORY);
     renderTraffic();
     renderDenials();
     renderLatency();
     renderShards();
-    renderAccounts(accounts);
-    renderLeases(leases);
+    if (reads) {
+      renderAccounts(accounts);
+      renderLeases(leases);
+    }
     $('status').textContent = 'updated ' + new Date().toLocaleTimeString();
     document.body.dataset.refreshed = String(samples.length);
   } catch (e) {
-    if (e instanceof Unauthorized) {
-      signOut('The admin token was refused (401): sign in again.');
-      return;
-    }
-    $('status').textContent = String(e.message || e);
+    if (!failed(e)) return;
   }
-  timer = setTimeout(refresh, REFRESH_MS);
+  if (asked === session) timer = setTimeout(refresh, REFRESH_MS);
 }
 
-function showDashboard() {
+// failed handles an error of a call: a 401 signs out (the token was
+// revoked, or never was), a stale answer is ignored; anything else is shown.
+// It reports whether the dashboard goes on.
+function failed(e) {
+  if (e instanceof Stale) return false;
+  if (e instanceof Unauthorized) {
+    signOut('The admin token was refused (401): sign in again.');
+    return false;
+  }
+  $('status').textContent = String(e.message || e);
+  return true;
+}
+
+// applyRole shows what the token's role may use and nothing else.
+function applyRole(who) {
+  perms = new Set(who.permissions);
+  for (const e of document.querySelectorAll('[data-needs]')) e.hidden = !may(e.dataset.needs);
+  $('whoami').textContent = who.name + ' (' + who.role + ')';
+  $('whoami').hidden = false;
+  document.body.dataset.role = who.role;
+}
+
+async function showDashboard() {
+  const asked = ++session;
+  try {
+    applyRole(await getJSON('/v1/whoami'));
+    await seedHistory();
+  } catch (e) {
+    if (!failed(e)) return;
+  }
+  if (asked !== session) return;
   $('login').hidden = true;
   $('dashboard').hidden = false;
   $('signout').hidden = false;
   refresh();
 }
 
-function signOut(message) {
-  clearTimeout(timer);
-  sessionStorage.removeItem(TOKEN_KEY);
+// clearAll empties every table, chart and figure the dashboard drew.
+function clearAll() {
   samples = [];
   auditCursor = null;
   auditRows = [];
+  perms = new Set();
+  for (const tbody of document.querySelectorAll('#dashboard tbody')) tbody.replaceChildren();
+  for (const c of document.querySelectorAll('#dashboard canvas')) c.getContext('2d').clearRect(0, 0, c.width, c.height);
+  for (const id of ['rps', 'admitted', 'denied']) $(id).textContent = '–';
+  $('whoami').textContent = '';
+  $('whoami').hidden = true;
+  delete document.body.dataset.refreshed;
+  delete document.body.dataset.history;
+  delete document.body.dataset.role;
+}
+
+function signOut(message) {
+  session++;
+  clearTimeout(timer);
+  sessionStorage.removeItem(TOKEN_KEY);
   $('dashboard').hidden = true;
   $('signout').hidden = true;
+  clearAll();
   $('login').hidden = false;
   $('login-error').textContent = message || '';
   $('status').textContent = '';
@@ -375,12 +486,6 @@ async function signIn(ev) {
   ev.preventDefault();
   sessionStorage.setItem(TOKEN_KEY, $('token').value.trim());
   $('token').value = '';
-  try {
-    await getJSON('/v1/accounts?limit=1');
-  } catch (e) {
-    signOut(e instanceof Unauthorized ? 'That token was refused (401 unauthorized).' : String(e.message || e));
-    return;
-  }
   $('login-error').textContent = '';
   showDashboard();
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,7 +18,7 @@ import (
 
 var accountColumns = []column{
 	{"ID", "id"}, {"PARENT", "parent"}, {"SCOPE", "scope"}, {"STATUS", "status"},
-	{"AVAILABLE", "funds.available"}, {"IN LEASES", "funds.in_leases"}, {"SETTLED", "settled"},
+	{"CAN SPEND", "funds.can_spend"}, {"IN LEASES", "funds.in_leases"}, {"SPENT", "funds.spent"}, {"OWED", "funds.owed"},
 	{"BUDGET", "budget.allowance"}, {"PERIOD", "budget.period"}, {"PERIOD END", "period_end"},
 }
 
@@ -27,11 +28,10 @@ var accountFields = []column{
 	{"id", "id"}, {"parent", "parent"}, {"scope", "scope"}, {"status", "status"}, {"capacity", "capacity"},
 	{"unmetered", "unmetered"}, {"budget", "budget.allowance"}, {"period", "budget.period"},
 	{"period start", "period_start"}, {"period end", "period_end"},
-	{"available to spend", "funds.available"}, {"held in this node's leases", "funds.held_unspent"},
-	{"in leases (all nodes)", "funds.in_leases"}, {"settled", "funds.settled"}, {"lost", "funds.lost"},
-	{"expired", "funds.expired"}, {"balance", "balance"}, {"allowance left", "allowance_left"},
-	{"top-ups left", "top_up_left"}, {"deposited", "deposited"}, {"overage", "overage"},
-	{"policy generation", "policy_generation"},
+	{"can spend", "funds.can_spend"}, {"held unspent in this node's leases", "funds.held_unspent"},
+	{"in leases (all nodes)", "funds.in_leases"}, {"spent", "funds.spent"}, {"owed", "funds.owed"},
+	{"allowance left", "funds.allowance_left"}, {"top-ups left", "funds.top_up_left"}, {"lost", "funds.lost"},
+	{"expired", "funds.expired"}, {"received", "funds.received"}, {"policy generation", "policy_generation"},
 }
 
 // listFlags are the paging flags every list command takes.
@@ -63,7 +63,10 @@ func (a *app) accountCreate() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "create ID",
 		Short: "Create an account (an org; with --parent a workspace or an agent)",
-		Args:  cobra.ExactArgs(1),
+		Example: `  tollgatectl accounts create acme
+  tollgatectl accounts create ws-1 --parent acme
+  tollgatectl accounts create agent-7 --parent ws-1 --unmetered`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			body := map[string]any{"id": args[0]}
 			if parent != "" {
@@ -83,6 +86,7 @@ func (a *app) accountCreate() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&parent, "parent", "", "the parent account")
+	cmd.RegisterFlagCompletionFunc("parent", a.completeAccountFlag)
 	cmd.Flags().StringVar(&capacity, "capacity", "", "assured (default) or best_effort")
 	cmd.Flags().BoolVar(&unmetered, "unmetered", false, "hold no money: funded by the metered accounts above")
 	return cmd
@@ -94,7 +98,9 @@ func (a *app) accountList() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List accounts in id order, a page at a time",
-		Args:  cobra.NoArgs,
+		Example: `  tollgatectl accounts list --all
+  tollgatectl accounts list --parent acme --status suspended`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			q := url.Values{}
 			if parent != "" {
@@ -107,11 +113,12 @@ func (a *app) accountList() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return a.printPage(p, accountColumns)
+			return a.printPage(p, accountColumns, lf.all)
 		},
 	}
 	lf.register(cmd)
 	cmd.Flags().StringVar(&parent, "parent", "", "only this account's children")
+	cmd.RegisterFlagCompletionFunc("parent", a.completeAccountFlag)
 	cmd.Flags().StringVar(&status, "status", "", "only accounts in this status: active, suspended or closed")
 	return cmd
 }
@@ -120,7 +127,10 @@ func (a *app) accountShow() *cobra.Command {
 	return &cobra.Command{
 		Use:   "show ID",
 		Short: "Show an account: standing, budget, and where its money is",
-		Args:  cobra.ExactArgs(1),
+		Example: `  tollgatectl accounts show acme
+  tollgatectl accounts show acme --json | jq .funds.can_spend`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: a.completeAccounts,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			raw, err := a.c.do(cmd.Context(), http.MethodGet, accountPath(args[0]), nil, nil)
 			if err != nil {
@@ -133,10 +143,16 @@ func (a *app) accountShow() *cobra.Command {
 
 func (a *app) accountStatus() *cobra.Command {
 	return &cobra.Command{
-		Use:       "status ID active|suspended|closed",
-		Short:     "Set an account's status (closed is final)",
-		Args:      cobra.ExactArgs(2),
-		ValidArgs: []string{"active", "suspended", "closed"},
+		Use:     "status ID active|suspended|closed",
+		Short:   "Set an account's status (closed is final)",
+		Example: `  tollgatectl accounts status acme suspended`,
+		Args:    cobra.ExactArgs(2),
+		ValidArgsFunction: func(cmd *cobra.Command, args []string, prefix string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			if len(args) == 1 {
+				return []cobra.Completion{"active", "suspended", "closed"}, cobra.ShellCompDirectiveNoFileComp
+			}
+			return a.completeAccounts(cmd, args, prefix)
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			raw, err := a.c.do(cmd.Context(), http.MethodPost, accountPath(args[0], "/status"), nil, map[string]any{"status": args[1]})
 			if err != nil {
@@ -150,9 +166,10 @@ func (a *app) accountStatus() *cobra.Command {
 func (a *app) accountPolicy() *cobra.Command {
 	cmd := group("policy", "Get or set an account's policy document")
 	get := &cobra.Command{
-		Use:   "get ID",
-		Short: "Print the account's policy (with --json, also its generation and revision)",
-		Args:  cobra.ExactArgs(1),
+		Use:               "get ID",
+		Short:             "Print the account's policy (with --json, also its generation and revision)",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: a.completeAccounts,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			raw, err := a.c.do(cmd.Context(), http.MethodGet, accountPath(args[0], "/policy"), nil, nil)
 			if err != nil {
@@ -165,7 +182,10 @@ func (a *app) accountPolicy() *cobra.Command {
 	set := &cobra.Command{
 		Use:   "set ID --file policy.json",
 		Short: "Replace the account's policy with a document from a file (- for standard input)",
-		Args:  cobra.ExactArgs(1),
+		Example: `  tollgatectl accounts policy set acme --file policy.json
+  echo '{"permissions":["chat"],"operations":{"requests":{"weight":1}}}' | tollgatectl accounts policy set acme -f -`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: a.completeAccounts,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			doc, err := readDocument(file, cmd.InOrStdin())
 			if err != nil {
@@ -227,72 +247,143 @@ func (a *app) printPolicy(raw []byte) error {
 }
 
 // accountTree prints every account (or the subtree of one) as a tree,
-// with spend against budget, period end and funds.
+// with spend against budget, period end and funds; with --json, the
+// accounts as the API answers them, each with its "children" nested.
 func (a *app) accountTree() *cobra.Command {
 	return &cobra.Command{
 		Use:   "tree [ROOT]",
 		Short: "Show the account tree: standing, spend against budget, period end, funds",
-		Args:  cobra.MaximumNArgs(1),
+		Example: `  tollgatectl accounts tree
+  tollgatectl accounts tree acme --json   # the subtree of acme, children nested`,
+		Args:              cobra.MaximumNArgs(1),
+		ValidArgsFunction: a.completeAccounts,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := a.c.list(cmd.Context(), "/v1/accounts", nil, 1000, "", true)
 			if err != nil {
 				return err
 			}
-			if a.json {
-				return a.printPage(p, nil)
-			}
-			byID := map[string]record{}
-			kids := map[string][]string{}
-			var roots []string
-			for _, it := range p.Items {
-				r, err := decodeRecord(it)
-				if err != nil {
-					return err
-				}
-				id := r.str("id")
-				byID[id] = r
-				if parent := r.str("parent"); parent != "-" {
-					kids[parent] = append(kids[parent], id)
-				} else {
-					roots = append(roots, id)
-				}
+			f, err := forestOf(p)
+			if err != nil {
+				return err
 			}
 			if len(args) == 1 {
-				if _, ok := byID[args[0]]; !ok {
+				if _, ok := f.byID[args[0]]; !ok {
 					return &problem{Status: 404, Code: "unknown-account", Detail: fmt.Sprintf("no account %q", args[0])}
 				}
-				roots = []string{args[0]}
+				f.roots = []string{args[0]}
 			}
-			tw := tabwriter.NewWriter(a.out, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "ACCOUNT\tSTATUS\tSPENT / BUDGET\tPERIOD END\tAVAILABLE\tIN LEASES\tSETTLED")
-			var walk func(id, indent, branch string)
-			walk = func(id, indent, branch string) {
-				r := byID[id]
-				fmt.Fprintf(tw, "%s%s (%s)\t%s\t%s\t%s\t%s\t%s\t%s\n", indent+branch, id, r.str("scope"), r.str("status"),
-					spendAgainstBudget(r), r.str("period_end"), r.str("funds.available"), r.str("funds.in_leases"), r.str("settled"))
-				children := slices.Sorted(slices.Values(kids[id]))
-				next := indent
-				switch branch {
-				case "├─ ":
-					next += "│  "
-				case "└─ ":
-					next += "   "
-				}
-				for i, k := range children {
-					b := "├─ "
-					if i == len(children)-1 {
-						b = "└─ "
-					}
-					walk(k, next, b)
-				}
+			if a.json {
+				return a.printTreeJSON(f)
 			}
-			slices.Sort(roots)
-			for _, id := range roots {
-				walk(id, "", "")
-			}
-			return tw.Flush()
+			return a.printTree(f)
 		},
 	}
+}
+
+// forest is the accounts by id, each account's children (sorted) and the
+// roots (sorted).
+type forest struct {
+	byID  map[string]json.RawMessage
+	kids  map[string][]string
+	roots []string
+}
+
+func forestOf(p page) (forest, error) {
+	f := forest{byID: map[string]json.RawMessage{}, kids: map[string][]string{}}
+	for _, it := range p.Items {
+		r, err := decodeRecord(it)
+		if err != nil {
+			return f, err
+		}
+		id := r.str("id")
+		f.byID[id] = it
+		if parent := r.str("parent"); parent != "-" {
+			f.kids[parent] = append(f.kids[parent], id)
+		} else {
+			f.roots = append(f.roots, id)
+		}
+	}
+	for _, k := range f.kids {
+		slices.Sort(k)
+	}
+	slices.Sort(f.roots)
+	return f, nil
+}
+
+// printTree draws the forest as a table, children under their parent.
+func (a *app) printTree(f forest) error {
+	tw := tabwriter.NewWriter(a.out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ACCOUNT\tSTATUS\tSPENT / BUDGET\tPERIOD END\tCAN SPEND\tIN LEASES\tSPENT\tOWED")
+	var walk func(id, indent, branch string) error
+	walk = func(id, indent, branch string) error {
+		r, err := decodeRecord(f.byID[id])
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(tw, "%s%s (%s)\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", indent+branch, id, r.str("scope"), r.str("status"),
+			spendAgainstBudget(r), r.str("period_end"), r.str("funds.can_spend"), r.str("funds.in_leases"),
+			r.str("funds.spent"), r.str("funds.owed"))
+		next := indent
+		switch branch {
+		case "├─ ":
+			next += "│  "
+		case "└─ ":
+			next += "   "
+		}
+		for i, k := range f.kids[id] {
+			b := "├─ "
+			if i == len(f.kids[id])-1 {
+				b = "└─ "
+			}
+			if err := walk(k, next, b); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for _, id := range f.roots {
+		if err := walk(id, "", ""); err != nil {
+			return err
+		}
+	}
+	return tw.Flush()
+}
+
+// printTreeJSON prints {"items":[…]}: the roots, each account as the API
+// answers it (its fields in the API's order) with a "children" array of its
+// own children, nested.
+func (a *app) printTreeJSON(f forest) error {
+	var node func(id string) ([]byte, error)
+	node = func(id string) ([]byte, error) {
+		obj := bytes.TrimSpace(f.byID[id])
+		if len(obj) < 2 || obj[len(obj)-1] != '}' {
+			return nil, fmt.Errorf("the API answered account %s as something that is not a JSON object", id)
+		}
+		b := append(bytes.Clone(obj[:len(obj)-1]), `,"children":[`...)
+		for i, k := range f.kids[id] {
+			c, err := node(k)
+			if err != nil {
+				return nil, err
+			}
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, c...)
+		}
+		return append(b, "]}"...), nil
+	}
+	b := []byte(`{"items":[`)
+	for i, id := range f.roots {
+		n, err := node(id)
+		if err != nil {
+			return err
+		}
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, n...)
+	}
+	return a.printJSON(append(b, "]}"...))
 }
 
 // spendAgainstBudget is "spent/allowance per period" for an account with a
@@ -303,7 +394,7 @@ func (a *app) accountTree() *cobra.Command {
 // request. Units another node holds do count (this node cannot see them).
 func spendAgainstBudget(r record) string {
 	allowance, err1 := strconv.ParseInt(r.str("budget.allowance"), 10, 64)
-	left, err2 := strconv.ParseInt(r.str("allowance_left"), 10, 64)
+	left, err2 := strconv.ParseInt(r.str("funds.allowance_left"), 10, 64)
 	period := r.str("budget.period")
 	if err1 != nil || err2 != nil || allowance == 0 {
 		return "-"
@@ -323,7 +414,10 @@ func (a *app) budgetsCommand() *cobra.Command {
 	set := &cobra.Command{
 		Use:   "set ID --allowance N --period day|week|month|none",
 		Short: "Set the budget: an allowance per period (a new budget starts the current period)",
-		Args:  cobra.ExactArgs(1),
+		Example: `  tollgatectl budgets set acme --allowance 100000 --period day
+  tollgatectl budgets set acme --allowance 0 --period none   # top-ups only`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: a.completeAccounts,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			raw, err := a.c.do(cmd.Context(), http.MethodPut, accountPath(args[0], "/budget"), nil,
 				map[string]any{"allowance": allowance, "period": period})
@@ -346,9 +440,11 @@ func (a *app) depositsCommand() *cobra.Command {
 	var units uint64
 	var key string
 	create := &cobra.Command{
-		Use:   "create ID --units N --idempotency-key K",
-		Short: "Deposit units once per idempotency key (repeating the same deposit changes nothing)",
-		Args:  cobra.ExactArgs(1),
+		Use:               "create ID --units N --idempotency-key K",
+		Short:             "Deposit units once per idempotency key (repeating the same deposit changes nothing)",
+		Example:           `  tollgatectl deposits create acme --units 50000 --idempotency-key invoice-2026-0042`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: a.completeAccounts,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			raw, err := a.c.do(cmd.Context(), http.MethodPost, accountPath(args[0], "/deposits"), nil,
 				map[string]any{"units": units, "idempotency_key": key})

@@ -11,9 +11,8 @@ import (
 // is 1210 spent, not 10000); without a budget there is nothing to show.
 func TestSpendAgainstBudgetLeavesOutUnspentLeases(t *testing.T) {
 	account := func(allowance, left int, held any) record {
-		return record{"allowance_left": num(left),
-			"budget": map[string]any{"allowance": num(allowance), "period": "day"},
-			"funds":  map[string]any{"held_unspent": held}}
+		return record{"budget": map[string]any{"allowance": num(allowance), "period": "day"},
+			"funds": map[string]any{"held_unspent": held, "allowance_left": num(left)}}
 	}
 	for _, tc := range []struct {
 		r    record

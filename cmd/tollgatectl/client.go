@@ -27,11 +27,12 @@ const maxAnswer = 64 << 20
 // problem is an admin API error answer (application/problem+json): the
 // stable code is what scripts branch on.
 type problem struct {
-	Status int    `json:"status"`
-	Code   string `json:"code"`
-	Title  string `json:"title"`
-	Detail string `json:"detail"`
-	Field  string `json:"field"`
+	Status     int    `json:"status"`
+	Code       string `json:"code"`
+	Title      string `json:"title"`
+	Detail     string `json:"detail"`
+	Field      string `json:"field"`
+	Permission string `json:"permission"` // what a 403 forbidden lacked
 }
 
 func (p *problem) Error() string {
@@ -45,6 +46,9 @@ func (p *problem) Error() string {
 	}
 	if p.Field != "" {
 		fmt.Fprintf(&b, " [field %s]", p.Field)
+	}
+	if p.Permission != "" {
+		fmt.Fprintf(&b, "\n(the token lacks the permission %s: use a token whose role has it; tollgatectl whoami shows this one's)", p.Permission)
 	}
 	return b.String()
 }

@@ -34,7 +34,7 @@ printed to standard error, so an interrupted follower can go on with --cursor.`,
 				if err != nil {
 					return err
 				}
-				return a.printPage(p, eventColumns)
+				return a.printPage(p, eventColumns, lf.all)
 			}
 			if every <= 0 {
 				return usageError{fmt.Errorf("--interval %v: want a positive duration", every)}

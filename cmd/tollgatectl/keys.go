@@ -44,7 +44,10 @@ func (a *app) keyCreate() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "create ACCOUNT",
 		Short: "Create an API key; its secret is printed this once",
-		Args:  cobra.ExactArgs(1),
+		Example: `  tollgatectl keys create acme --name "ci runner" --expires-at 720h
+  KEY=$(tollgatectl keys create acme --json | jq -r .key)`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: a.completeAccounts,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			body := map[string]any{}
 			if name != "" {
@@ -72,15 +75,16 @@ func (a *app) keyCreate() *cobra.Command {
 func (a *app) keyList() *cobra.Command {
 	var lf listFlags
 	cmd := &cobra.Command{
-		Use:   "list ACCOUNT",
-		Short: "List an account's keys, oldest first (never a secret)",
-		Args:  cobra.ExactArgs(1),
+		Use:               "list ACCOUNT",
+		Short:             "List an account's keys, oldest first (never a secret)",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: a.completeAccounts,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := a.c.list(cmd.Context(), accountPath(args[0], "/keys"), nil, lf.limit, lf.cursor, lf.all)
 			if err != nil {
 				return err
 			}
-			return a.printPage(p, keyColumns)
+			return a.printPage(p, keyColumns, lf.all)
 		},
 	}
 	lf.register(cmd)
@@ -89,9 +93,11 @@ func (a *app) keyList() *cobra.Command {
 
 func (a *app) keyRevoke() *cobra.Command {
 	return &cobra.Command{
-		Use:   "revoke ACCOUNT KEY_ID",
-		Short: "Revoke a key: every shard stops it at once",
-		Args:  cobra.ExactArgs(2),
+		Use:               "revoke ACCOUNT KEY_ID",
+		Short:             "Revoke a key: every shard stops it at once",
+		Example:           `  tollgatectl keys revoke acme key_5f0c…`,
+		Args:              cobra.ExactArgs(2),
+		ValidArgsFunction: a.completeAccountThenKey,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			raw, err := a.c.do(cmd.Context(), http.MethodDelete, accountPath(args[0], "/keys/", url.PathEscape(args[1])), nil, nil)
 			if err != nil {
@@ -106,9 +112,11 @@ func (a *app) keyRotate() *cobra.Command {
 	var name, expires string
 	var grace time.Duration
 	cmd := &cobra.Command{
-		Use:   "rotate ACCOUNT KEY_ID",
-		Short: "Make a new key; the old one keeps working for --grace, then stops",
-		Args:  cobra.ExactArgs(2),
+		Use:               "rotate ACCOUNT KEY_ID",
+		Short:             "Make a new key; the old one keeps working for --grace, then stops",
+		Example:           `  tollgatectl keys rotate acme key_5f0c… --grace 24h`,
+		Args:              cobra.ExactArgs(2),
+		ValidArgsFunction: a.completeAccountThenKey,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			body := map[string]any{}
 			if cmd.Flags().Changed("grace") {

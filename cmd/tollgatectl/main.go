@@ -10,6 +10,7 @@
 //	tollgatectl accounts tree
 //	tollgatectl keys create acme --name "ci runner"
 //	tollgatectl top
+//	tollgatectl --version
 package main
 
 import (
@@ -121,8 +122,18 @@ func (a *app) rootCommand(getenv func(string) string) *cobra.Command {
 
 It reads the API's address from --url or TOLLGATE_ADMIN_URL (default
 http://127.0.0.1:9091) and the admin token from --token, --token-file or
-TOLLGATE_ADMIN_TOKEN. Output is a table; --json prints the API's JSON.
-Errors from the API are shown with their status and stable code, exit 1.`,
+TOLLGATE_ADMIN_TOKEN. Output is a table (times in RFC 3339, UTC); --json
+prints the API's JSON. Errors from the API are shown with their status and
+stable code, exit 1; a command used wrongly exits 2. What a token may do is
+its role's (tollgatectl whoami).`,
+		Example: `  export TOLLGATE_ADMIN_URL=http://127.0.0.1:9091 TOLLGATE_ADMIN_TOKEN=tga_…
+  tollgatectl accounts create acme
+  tollgatectl budgets set acme --allowance 100000 --period day
+  tollgatectl keys create acme --name "ci runner"
+  tollgatectl accounts tree
+  tollgatectl top
+  source <(tollgatectl completion bash)   # completes commands, account and key ids`,
+		Version:       versionString(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
@@ -137,8 +148,9 @@ Errors from the API are shown with their status and stable code, exit 1.`,
 	f.BoolVar(&a.json, "json", false, "print the API's JSON instead of a table")
 	f.DurationVar(&a.timeout, "timeout", 30*time.Second, "time allowed for each API call")
 	root.AddCommand(a.accountsCommand(), a.budgetsCommand(), a.depositsCommand(), a.keysCommand(),
-		a.platformTokensCommand(), a.adminTokensCommand(), a.usageCommand(), a.leasesCommand(),
+		a.platformTokensCommand(), a.adminTokensCommand(), a.whoamiCommand(), a.usageCommand(), a.leasesCommand(),
 		a.auditCommand(), a.eventsCommand(), a.topCommand(), a.healthCommand(), a.versionCommand())
+	root.SetVersionTemplate("tollgatectl {{.Version}}\n")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	return root
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -93,12 +94,12 @@ func TestOperatingANodeEndToEnd(t *testing.T) {
 	d := daemontest.Start(t, "")
 	c := newCtl(t, d)
 
-	contains(t, "accounts create", c.ok("accounts", "create", "acme"), "scope:", "org", "available to spend:")
+	contains(t, "accounts create", c.ok("accounts", "create", "acme"), "scope:", "org", "can spend:")
 	c.ok("accounts", "create", "ws-1", "--parent", "acme")
 	c.ok("accounts", "create", "agent-7", "--parent", "ws-1", "--unmetered")
 	c.ok("budgets", "set", "acme", "--allowance", "100000", "--period", "day")
 	dep := c.json("deposits", "create", "acme", "--units", "500", "--idempotency-key", "inv-1")
-	if dep["deposited"] != 100500.0 {
+	if f, _ := dep["funds"].(map[string]any); f["received"] != 100500.0 || f["can_spend"] != 100500.0 {
 		t.Fatalf("deposit: %v", dep)
 	}
 	file := filepath.Join(t.TempDir(), "policy.json")
@@ -139,7 +140,7 @@ func TestOperatingANodeEndToEnd(t *testing.T) {
 
 	tree := c.ok("accounts", "tree")
 	contains(t, "accounts tree", tree, "acme (org)", "└─ ws-1 (workspace)", "   └─ agent-7 (agent)", "/ 100000 per day")
-	contains(t, "accounts show", c.ok("accounts", "show", "acme"), "available to spend:", "in leases (all nodes):", "period end:")
+	contains(t, "accounts show", c.ok("accounts", "show", "acme"), "can spend:", "in leases (all nodes):", "period end:", "owed:")
 	list := c.json("accounts", "list", "--limit", "1", "--all")
 	if items := list["items"].([]any); len(items) != 3 || list["next_cursor"] != nil {
 		t.Fatalf("accounts list --all: %v", list)
@@ -168,7 +169,18 @@ func TestOperatingANodeEndToEnd(t *testing.T) {
 	}
 	contains(t, "usage", c.ok("usage", "acme"), "OCCURRED", "UNITS", answer["request_id"].(string))
 	contains(t, "leases", c.ok("leases", "--active", "true"), "acme", "active")
-	contains(t, "audit", c.ok("audit", "--all"), "account.create", "account.policy", "key.rotate", "admin/bootstrap")
+	code, audit, auditErr := c.run("audit", "--all")
+	if code != 0 || auditErr != "" {
+		t.Fatalf("audit --all: exit %d, standard error %q (no hint to page on: it read every page)", code, auditErr)
+	}
+	contains(t, "audit", audit, "account.create", "account.policy", "key.rotate", "admin/bootstrap")
+	if regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d`).MatchString(audit) ||
+		!regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ`).MatchString(audit) {
+		t.Fatalf("audit times are not RFC 3339 to the second:\n%s", audit)
+	}
+	if _, _, more := c.run("audit", "--limit", "1"); !strings.Contains(more, "more: --cursor") {
+		t.Fatalf("one page of the audit log gives no cursor to go on: %q", more)
+	}
 
 	contains(t, "accounts status", c.ok("accounts", "status", "acme", "suspended"), "suspended")
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
@@ -243,6 +255,15 @@ func TestErrorsAreClear(t *testing.T) {
 	if code, out, _ := c.run("version"); code != 0 || !strings.HasPrefix(out, "tollgatectl ") {
 		t.Errorf("version: exit %d %q", code, out)
 	}
+	_, version, _ := c.run("version")
+	if code, out, _ := noToken.run("--version"); code != 0 || out != version {
+		t.Errorf("--version: exit %d %q, want %q", code, out, version)
+	}
+	for _, help := range [][]string{{"--help"}, {"keys", "create", "--help"}, {"admin-tokens", "create", "--help"}, {"accounts", "tree", "--help"}} {
+		if code, out, _ := noToken.run(help...); code != 0 || !strings.Contains(out, "Examples:\n") || !strings.Contains(out, "\n  tollgatectl ") {
+			t.Errorf("%v: exit %d, no examples in\n%s", help, code, out)
+		}
+	}
 }
 
 // TestTopShowsTrafficDenialsAndLatency: under a little load (admitted
@@ -303,4 +324,78 @@ func TestTopShowsTrafficDenialsAndLatency(t *testing.T) {
 	}
 	human := c.ok("top", "--interval", "300ms", "--frames", "1")
 	contains(t, "top", human, "requests/s", "unknown-principal", "/v1/check", "P99", "SHARD")
+}
+
+// TestRolesTreeAndCompletion: a token made with --role viewer reads but
+// cannot change anything — the refusal prints 403 forbidden, the permission
+// it lacks and what to do, exit 1 — and whoami says so; accounts tree
+// --json nests children under their parents; completion offers account
+// ids, then an account's key ids, and token ids.
+func TestRolesTreeAndCompletion(t *testing.T) {
+	d := daemontest.Start(t, "")
+	c := newCtl(t, d)
+	c.ok("accounts", "create", "acme")
+	c.ok("accounts", "create", "ws-1", "--parent", "acme")
+	c.ok("accounts", "create", "agent-7", "--parent", "ws-1", "--unmetered")
+	c.ok("accounts", "create", "beta")
+	key := c.json("keys", "create", "acme", "--name", "ci")
+
+	viewer := c.json("admin-tokens", "create", "--name", "grafana", "--role", "viewer")
+	if viewer["role"] != "viewer" {
+		t.Fatalf("admin-tokens create --role viewer: %v", viewer)
+	}
+	contains(t, "admin-tokens list", c.ok("admin-tokens", "list"), "ROLE", "grafana", "viewer", "bootstrap", "admin")
+	v := &ctl{t: t, env: map[string]string{"TOLLGATE_ADMIN_URL": d.AdminURL(), "TOLLGATE_ADMIN_TOKEN": viewer["token"].(string)}}
+	contains(t, "whoami", v.ok("whoami"), "role:", "viewer", `["read","metrics"]`)
+	contains(t, "a viewer reads", v.ok("accounts", "show", "acme"), "can spend:")
+	code, out, errOut := v.run("accounts", "create", "gamma")
+	if code != 1 || out != "" || !strings.Contains(errOut, "403 forbidden") || !strings.Contains(errOut, "lacks the permission account.create") ||
+		!strings.Contains(errOut, "tollgatectl whoami") {
+		t.Fatalf("a viewer creating an account: exit %d %q %q", code, out, errOut)
+	}
+	if code, _, errOut := c.run("admin-tokens", "create", "--name", "x", "--role", "root"); code != 1 || !strings.Contains(errOut, "[field role]") {
+		t.Fatalf("an unknown role: exit %d %q", code, errOut)
+	}
+
+	tree := c.json("accounts", "tree")
+	roots := tree["items"].([]any)
+	acme := roots[0].(map[string]any)
+	ws := acme["children"].([]any)[0].(map[string]any)
+	agent := ws["children"].([]any)[0].(map[string]any)
+	if len(roots) != 2 || acme["id"] != "acme" || ws["id"] != "ws-1" || agent["id"] != "agent-7" ||
+		len(agent["children"].([]any)) != 0 || roots[1].(map[string]any)["id"] != "beta" || acme["funds"] == nil {
+		t.Fatalf("accounts tree --json is not nested: %v", tree)
+	}
+	if sub := c.json("accounts", "tree", "ws-1"); len(sub["items"].([]any)) != 1 || sub["items"].([]any)[0].(map[string]any)["id"] != "ws-1" {
+		t.Fatalf("accounts tree ws-1 --json: %v", sub)
+	}
+
+	complete := func(args ...string) []string {
+		t.Helper()
+		out := c.ok(append([]string{"__complete"}, args...)...)
+		var got []string
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+			if !strings.HasPrefix(l, ":") && l != "" {
+				got = append(got, l)
+			}
+		}
+		return got
+	}
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"accounts", "show", ""}, []string{"acme", "agent-7", "beta", "ws-1"}},
+		{[]string{"accounts", "show", "a"}, []string{"acme", "agent-7"}},
+		{[]string{"keys", "revoke", "acme", ""}, []string{key["id"].(string)}},
+		{[]string{"usage", "b"}, []string{"beta"}},
+		{[]string{"accounts", "create", "x", "--parent", "w"}, []string{"ws-1"}},
+		{[]string{"accounts", "status", "acme", ""}, []string{"active", "suspended", "closed"}},
+		{[]string{"admin-tokens", "revoke", "boot"}, []string{"bootstrap"}},
+		{[]string{"admin-tokens", "create", "--role", ""}, []string{"admin", "operator", "viewer", "metrics"}},
+	} {
+		if got := complete(tc.args...); strings.Join(got, " ") != strings.Join(tc.want, " ") {
+			t.Errorf("completing %q: %q, want %q", tc.args, got, tc.want)
+		}
+	}
 }

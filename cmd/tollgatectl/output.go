@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"text/tabwriter"
+	"time"
 )
 
 // record is one decoded JSON object, numbers kept exact.
@@ -41,7 +42,7 @@ func (r record) str(path string) string {
 		if x == "" {
 			return `""`
 		}
-		return x
+		return humanTime(x)
 	case json.Number:
 		return x.String()
 	case bool:
@@ -53,6 +54,20 @@ func (r record) str(path string) string {
 		b, _ := json.Marshal(x)
 		return string(b)
 	}
+}
+
+// humanTime shows a time the API gives with nanoseconds
+// ("2026-12-03T10:00:00.000000123Z") as RFC 3339 to the second, in UTC, for
+// a table; anything else is returned as it is. --json keeps the API's.
+func humanTime(s string) string {
+	if len(s) < len("2006-01-02T15:04:05Z") || s[4] != '-' || s[10] != 'T' {
+		return s
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return s
+	}
+	return t.UTC().Format(time.RFC3339)
 }
 
 // printJSON writes raw indented, for scripts and people alike.
@@ -99,8 +114,9 @@ func (a *app) printFields(r record, cols []column) {
 }
 
 // printPage writes a list page: JSON as the API shapes it, or a table and,
-// when there is more, the cursor that continues it.
-func (a *app) printPage(p page, cols []column) error {
+// when there is more and the page was not all that was asked for (--all),
+// the cursor that continues it.
+func (a *app) printPage(p page, cols []column, all bool) error {
 	if a.json {
 		if p.Items == nil {
 			p.Items = []json.RawMessage{}
@@ -120,7 +136,7 @@ func (a *app) printPage(p page, cols []column) error {
 		rows = append(rows, r)
 	}
 	a.printTable(cols, rows)
-	if p.NextCursor != nil && len(p.Items) > 0 {
+	if p.NextCursor != nil && len(p.Items) > 0 && !all {
 		fmt.Fprintf(a.errOut, "more: --cursor %s (or --all)\n", *p.NextCursor)
 	}
 	return nil

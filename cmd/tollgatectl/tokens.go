@@ -3,12 +3,13 @@ package main
 import (
 	"net/http"
 	"net/url"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
 
 var platformTokenColumns = []column{{"ID", "id"}, {"CREATED", "created_at"}, {"REVOKED", "revoked"}}
-var adminTokenColumns = []column{{"ID", "id"}, {"NAME", "name"}, {"CREATED", "created_at"}, {"REVOKED", "revoked"}}
+var adminTokenColumns = []column{{"ID", "id"}, {"NAME", "name"}, {"ROLE", "role"}, {"CREATED", "created_at"}, {"REVOKED", "revoked"}}
 
 // tokenCommands are create, list and revoke for one kind of token at path.
 func (a *app) tokenCommands(path, what string, cols []column, createBody func() any, createFlags func(*cobra.Command)) []*cobra.Command {
@@ -37,14 +38,15 @@ func (a *app) tokenCommands(path, what string, cols []column, createBody func() 
 			if err != nil {
 				return err
 			}
-			return a.printPage(p, cols)
+			return a.printPage(p, cols, lf.all)
 		},
 	}
 	lf.register(list)
 	revoke := &cobra.Command{
-		Use:   "revoke ID",
-		Short: "Revoke a " + what,
-		Args:  cobra.ExactArgs(1),
+		Use:               "revoke ID",
+		Short:             "Revoke a " + what,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: a.completeTokens(path),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			raw, err := a.c.do(cmd.Context(), http.MethodDelete, path+"/"+url.PathEscape(args[0]), nil, nil)
 			if err != nil {
@@ -63,14 +65,42 @@ func (a *app) platformTokensCommand() *cobra.Command {
 	return cmd
 }
 
+// adminRoles are the roles an admin token may have, most powerful first
+// (docs/API.md, "Roles").
+var adminRoles = []string{"admin", "operator", "viewer", "metrics"}
+
 func (a *app) adminTokensCommand() *cobra.Command {
-	cmd := group("admin-tokens", "Named admin tokens (the last live one cannot be revoked)", "admin-token")
-	var name string
-	cmd.AddCommand(a.tokenCommands("/v1/admin-tokens", "admin token", adminTokenColumns,
-		func() any { return map[string]any{"name": name} },
+	cmd := group("admin-tokens", "Named admin tokens with a role (the last live admin cannot be revoked)", "admin-token")
+	var name, role string
+	cmds := a.tokenCommands("/v1/admin-tokens", "admin token", adminTokenColumns,
+		func() any { return map[string]any{"name": name, "role": role} },
 		func(c *cobra.Command) {
 			c.Flags().StringVar(&name, "name", "", "who or what uses the token (required)")
 			c.MarkFlagRequired("name")
-		})...)
+			c.Flags().StringVar(&role, "role", "admin", "what the token may do: "+strings.Join(adminRoles, ", ")+
+				" (operator: accounts, budgets, deposits, keys; viewer: reads; metrics: /metrics only)")
+			c.RegisterFlagCompletionFunc("role", cobra.FixedCompletions(adminRoles, cobra.ShellCompDirectiveNoFileComp))
+			c.Example = `  tollgatectl admin-tokens create --name "ops on-call" --role operator
+  tollgatectl admin-tokens create --name grafana --role viewer
+  tollgatectl admin-tokens create --name prometheus --role metrics --json | jq -r .token > scrape-token`
+		})
+	cmd.AddCommand(cmds...)
 	return cmd
+}
+
+// whoamiCommand shows the admin token in use: its id, name, role and
+// permissions (GET /v1/whoami).
+func (a *app) whoamiCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "whoami",
+		Short: "Show the admin token in use: its id, name, role and what it may do",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			raw, err := a.c.do(cmd.Context(), http.MethodGet, "/v1/whoami", nil, nil)
+			if err != nil {
+				return err
+			}
+			return a.printOne(raw, []column{{"id", "id"}, {"name", "name"}, {"role", "role"}, {"permissions", "permissions"}})
+		},
+	}
 }

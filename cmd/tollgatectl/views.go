@@ -43,13 +43,16 @@ func (a *app) usageCommand() *cobra.Command {
 		Long: `List an account's billed usage events, newest first, as far back as the
 ledger keeps them (tollgated --usage-history). Each event's id is the
 request_id the data plane answered (and X-Tollgate-Request-Id).`,
-		Args: cobra.ExactArgs(1),
+		Example: `  tollgatectl usage acme --limit 5
+  tollgatectl usage acme --all --json`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: a.completeAccounts,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := adminUsage{a.c}.usage(cmd.Context(), args[0], lf)
 			if err != nil {
 				return err
 			}
-			return a.printPage(p, usageColumns)
+			return a.printPage(p, usageColumns, lf.all)
 		},
 	}
 	lf.register(cmd)
@@ -60,9 +63,10 @@ func (a *app) leasesCommand() *cobra.Command {
 	var lf listFlags
 	var active string
 	cmd := &cobra.Command{
-		Use:   "leases",
-		Short: "List node leases: funding the nodes hold from account balances",
-		Args:  cobra.NoArgs,
+		Use:     "leases",
+		Short:   "List node leases: funding the nodes hold from account balances",
+		Example: `  tollgatectl leases --active true`,
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			q := url.Values{}
 			if active != "" {
@@ -72,7 +76,7 @@ func (a *app) leasesCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return a.printPage(p, leaseColumns)
+			return a.printPage(p, leaseColumns, lf.all)
 		},
 	}
 	lf.register(cmd)
@@ -84,14 +88,16 @@ func (a *app) auditCommand() *cobra.Command {
 	var lf listFlags
 	cmd := &cobra.Command{
 		Use:   "audit",
-		Short: "List the audit log, oldest first: every admin change, who made it, before and after",
-		Args:  cobra.NoArgs,
+		Short: "List the audit log, oldest first: every admin change and refused request, who made it, before and after",
+		Example: `  tollgatectl audit --all
+  tollgatectl audit --json --limit 10`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			p, err := a.c.list(cmd.Context(), "/v1/audit", nil, lf.limit, lf.cursor, lf.all)
 			if err != nil {
 				return err
 			}
-			return a.printPage(p, auditColumns)
+			return a.printPage(p, auditColumns, lf.all)
 		},
 	}
 	lf.register(cmd)

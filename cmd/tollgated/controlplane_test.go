@@ -98,8 +98,7 @@ func TestARestartedNodeForfeitsNothing(t *testing.T) {
 	p.kill9()
 	p = startProc(t, dir, "--lease-ttl", "5s", "--lease-grace", "1s")
 	acct := p.adminCall("GET", "/v1/accounts/acme", nil, http.StatusOK)
-	if acct["outstanding"].(float64) != 0 || acct["loss"].(float64) != 0 || acct["settled"].(float64) != 10 ||
-		acct["balance"].(float64) != 1_000_000-10 {
+	if f := fundsOf(acct); f["in_leases"] != 0 || f["lost"] != 0 || f["spent"] != 10 || f["top_up_left"]+f["allowance_left"] != 1_000_000-10 {
 		t.Fatalf("after kill -9 and restart: %v", acct)
 	}
 	if st, body := checkOnce(t, p, key); st != http.StatusOK {
@@ -107,9 +106,19 @@ func TestARestartedNodeForfeitsNothing(t *testing.T) {
 	}
 	time.Sleep(7 * time.Second) // past the old lease's expiry and grace
 	acct = p.adminCall("GET", "/v1/accounts/acme", nil, http.StatusOK)
-	if acct["loss"].(float64) != 0 {
+	if fundsOf(acct)["lost"] != 0 {
 		t.Fatalf("after expiry and grace: %v", acct)
 	}
+}
+
+// fundsOf is an account answer's funds (docs/API.md, Accounts).
+func fundsOf(acct map[string]any) map[string]float64 {
+	out := map[string]float64{}
+	f, _ := acct["funds"].(map[string]any)
+	for k, v := range f {
+		out[k], _ = v.(float64)
+	}
+	return out
 }
 
 // hierarchy creates org ⊃ ws ⊃ agent (the org funds everything, the agent
@@ -213,13 +222,13 @@ func TestPostPaidOverageStopsTheAgent(t *testing.T) {
 	}
 	// The lease the node held comes back and repays what it can first.
 	acct := p.adminCall("GET", "/v1/accounts/agent", nil, http.StatusOK)
-	for deadline := time.Now().Add(2 * time.Second); acct["outstanding"].(float64) != 0; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(2 * time.Second); fundsOf(acct)["in_leases"] != 0; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the lease of an agent in debt was not handed back: %v", acct)
 		}
 		acct = p.adminCall("GET", "/v1/accounts/agent", nil, http.StatusOK)
 	}
-	debt := uint64(acct["overage"].(float64))
+	debt := uint64(fundsOf(acct)["owed"])
 	if debt == 0 {
 		t.Fatalf("no debt recorded: %v", acct)
 	}

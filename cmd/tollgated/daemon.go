@@ -48,6 +48,7 @@ type daemon struct {
 	prov     *control.Provisioner
 	claims   *control.PostPaidClaims
 	admin    *http.Server
+	adminAPI *admin.Server // the admin API Serve serves on admin
 	stop     chan struct{}
 	done     chan struct{}
 	grace    time.Duration
@@ -210,6 +211,7 @@ func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err 
 	if err := d.openDataPlane(); err != nil { // clients are refused until now
 		return nil, err
 	}
+	d.adminAPI.KeepHistory() // its collectors read the shards, which serve now
 	if cfg.ack != "durable" {
 		log.Warn().Str("ack", cfg.ack).Msg("answers are sent before their usage is on disk: a crash can lose the last few milliseconds of billed usage")
 	}
@@ -381,8 +383,11 @@ func (d *daemon) startAdmin(ctx context.Context, cfg config, hasher *credential.
 	if d.changeLag != nil {
 		reg.MustRegister(d.changeLag, d.refreshes)
 	}
+	// The dashboard's history samples the node's own series alone.
+	history := prometheus.NewRegistry()
+	history.MustRegister(newNodeCollector(d))
 	srv, err := admin.New(admin.Config{Store: d.store, Hasher: hasher, Publisher: d.prov, Registry: reg, Log: d.log,
-		Holdings: planeHoldings{d.node.Plane()}, Events: d.spool, Node: d.nodeID, Storage: d.adminStorage})
+		Holdings: planeHoldings{d.node.Plane()}, Events: d.spool, Node: d.nodeID, Storage: d.adminStorage, History: history})
 	if err != nil {
 		return "", err
 	}
@@ -398,6 +403,7 @@ func (d *daemon) startAdmin(ctx context.Context, cfg config, hasher *credential.
 		ln.Close()
 		return "", err
 	}
+	d.adminAPI = srv
 	return ln.Addr().String(), nil
 }
 
@@ -420,6 +426,9 @@ func (d *daemon) drainUsage(deadline time.Time) {
 // drains requests, ends reservations, drains usage and releases leases),
 // then the background work, the spool and the ledger.
 func (d *daemon) shutdown() {
+	if d.adminAPI != nil {
+		d.adminAPI.StopHistory() // it reads the node, which stops below
+	}
 	if d.admin != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		d.admin.Shutdown(ctx)
@@ -438,6 +447,9 @@ func (d *daemon) shutdown() {
 
 // close releases what is open, in reverse order.
 func (d *daemon) close() {
+	if d.adminAPI != nil {
+		d.adminAPI.StopHistory()
+	}
 	if d.node != nil {
 		d.node.Shutdown(time.Now())
 	}

@@ -164,9 +164,8 @@ func TestADrainedAccountSpendsItsLastUnits(t *testing.T) {
 			t.Fatalf("round %d: refused 402 %s with %d units remaining, enough for the check", round, last.code, last.remaining)
 		}
 		acct := p.adminCall("GET", "/v1/accounts/drain", nil, http.StatusOK)
-		funds, _ := acct["funds"].(map[string]any)
-		if avail, _ := funds["available"].(float64); avail >= 5 {
-			t.Fatalf("round %d: %v units available after the 402: %v", round, avail, acct)
+		if avail := fundsOf(acct)["can_spend"]; avail >= 5 {
+			t.Fatalf("round %d: %v units can be spent after the 402: %v", round, avail, acct)
 		}
 		t.Logf("round %d: drain %v; then %d five-unit checks admitted, refused 402 %s (remaining %d) in %v",
 			round, drained, admitted, last.code, last.remaining, last.took.Round(time.Microsecond))

@@ -265,8 +265,9 @@ func TestREADMEQuickstartInOneShell(t *testing.T) {
 		t.Errorf("a README command was refused: %s", p)
 	}
 	for _, want := range []string{
-		`"id":"acme"`, `"funds":{"available":`, `"items":[{"id":`, // account, usage and list answers
-		"acme (org)", "└─ ws-1 (workspace)", "key (shown once):", "OCCURRED", "account.create", "requests/s", "P99",
+		`"id":"acme"`, `"funds":{"can_spend":`, `"items":[{"id":`, // account, usage and list answers
+		"acme (org)", "└─ ws-1 (workspace)", "key (shown once):", "token (shown once):", "OCCURRED", "account.create",
+		"requests/s", "P99",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in the session's output", want)

@@ -385,7 +385,8 @@ func send(t *testing.T, method, url, key string, body string, headers ...string)
 // and a service; base is the gateway's URL and name prefixes the accounts.
 func runGatewayScenarios(t *testing.T, d *daemon, app *upstream, base, name string, problemBodies bool) {
 	funded := d.account(name+"-funded", 1_000_000, nil)
-	broke := d.account(name+"-broke", 5, nil) // less than one request costs
+	broke := d.account(name+"-broke", 5, nil)  // less than one request costs
+	spent := d.account(name+"-spent", 10, nil) // one request a day
 	chunked := d.account(name+"-chunked", 2_000_000, nil)
 	limited := d.account(name+"-limited", 1_000_000, func(p map[string]any) {
 		p["limits"].(map[string]any)["request_rate"] = 1
@@ -410,6 +411,11 @@ func runGatewayScenarios(t *testing.T, d *daemon, app *upstream, base, name stri
 			h.Get("X-Tollgate-Account"), h.Get("X-Tollgate-Request-Id"), h.Get("X-Tollgate-Units"), h.Get("X-Tollgate-Reservation"))
 	}
 
+	// The day's one request of the spent account.
+	if r = send(t, "POST", base+"/v1/chat", spent, `{}`); r.status != 200 {
+		t.Fatalf("the spent account's first request: %d %q", r.status, r.body)
+	}
+
 	refused := func(what string, r result, status int) {
 		t.Helper()
 		if r.status != status {
@@ -432,11 +438,27 @@ func runGatewayScenarios(t *testing.T, d *daemon, app *upstream, base, name stri
 		t.Fatalf("401 without exactly one Bearer challenge: %v", r.header)
 	}
 
-	// An exhausted budget: 402, with Retry-After until the day's allowance.
-	r = send(t, "POST", base+"/v1/chat", broke, `{}`)
+	// A spent budget: 402, with Retry-After until the next day's allowance
+	// (once the ledger has billed the first request: until then the shard
+	// waits for funding, and may answer 503).
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if r = send(t, "POST", base+"/v1/chat", spent, `{}`); r.status != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			break
+		}
+	}
 	refused("over budget", r, 402)
-	if secs := r.header.Get("Retry-After"); secs == "" || secs == "0" {
-		t.Fatalf("402 without Retry-After: %v", r.header)
+	if secs, _ := strconv.Atoi(r.header.Get("Retry-After")); secs <= 0 || secs > 86400 {
+		t.Fatalf("402 without Retry-After to the next day: %v", r.header)
+	}
+	// A budget no day's allowance brings enough for: 402, and no reset
+	// will do, so no Retry-After.
+	r = send(t, "POST", base+"/v1/chat", broke, `{}`)
+	refused("beyond any budget", r, 402)
+	if secs := r.header.Get("Retry-After"); secs != "" {
+		t.Fatalf("402 beyond any period's allowance with Retry-After %q", secs)
+	}
+	if strings.Contains(r.body, `"code":"balance-`) && !strings.Contains(r.body, `"reset_at":null`) { // a gateway that passes tollgated's body on
+		t.Fatalf("402 beyond any period's allowance: %s", r.body)
 	}
 
 	// A rate limit: the second request within the second is 429 with

@@ -4,94 +4,106 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/ledger"
 )
 
 // Check implements ledger.Store: it streams every lease and then every
 // account through ledger.Conservation (L1–L5; a violation wraps
-// ledger.ErrNotConserved), and checks that its indexes hold exactly the
-// entries the records imply (a mismatch wraps ErrCorrupt), keys and admin
-// tokens included. It reads one
-// consistent snapshot and runs beside writers.
-func (s *Store) Check(ctx context.Context) error {
-	return s.view(ctx, func(x *txn) error {
+// ledger.ErrNotConserved), and checks that each index holds exactly the
+// entries the records imply (a mismatch wraps ErrCorrupt), and that every
+// key, token and incarnation decodes. It reads one consistent snapshot and
+// runs beside writers.
+func (b *backend) Check(ctx context.Context) error {
+	return b.view(ctx, func(x *boltTx) error {
 		c := ledger.NewConservation()
-		expiry := x.bucket(bucketExpiry)
-		active := 0
-		notReleased := map[string]bool{}
-		err := x.bucket(bucketLeases).ForEach(func(k, v []byte) error {
-			rec, err := decodeLease(seqOf(k), v)
-			if err != nil {
-				return err
+		indexes := [][]byte{bucketExpiry, bucketHeld, bucketDue, bucketChildren, bucketKeyExp, bucketKeyIndex}
+		want := make(map[string]map[string]bool, len(indexes)) // index → the entries the records imply
+		for _, index := range indexes {
+			want[string(index)] = make(map[string]bool)
+		}
+		imply := func(index, entry []byte) {
+			if entry != nil {
+				want[string(index)][string(entry)] = true
 			}
-			if err := c.Lease(&rec); err != nil {
-				return err
-			}
-			if hk := leaseHeldKey(&rec); hk != nil {
-				notReleased[string(hk)] = true
-			}
-			if ek := leaseExpiryKey(&rec); ek != nil {
-				active++
-				if expiry.Get(ek) == nil {
-					return fmt.Errorf("%w: active lease %d is missing from the expiry index", ErrCorrupt, rec.ID)
-				}
-			}
-			return nil
-		})
+		}
+		err := each(x, bucketLeases, func(k, v []byte) (ledger.LeaseRecord, error) { return decodeLease(seqOf(k), v) },
+			func(rec *ledger.LeaseRecord) error {
+				imply(bucketExpiry, leaseExpiryKey(rec))
+				imply(bucketHeld, leaseHeldKey(rec))
+				return c.Lease(rec)
+			})
 		if err != nil {
 			return err
 		}
-		if n := expiry.Stats().KeyN; n != active {
-			return fmt.Errorf("%w: expiry index has %d entries for %d active leases", ErrCorrupt, n, active)
-		}
-		if err := checkHeld(x, notReleased); err != nil {
-			return err
-		}
-		due := x.bucket(bucketDue)
-		budgeted := 0
-		withParent := make(map[string]core.AccountID)
-		err = x.bucket(bucketAccounts).ForEach(func(k, v []byte) error {
-			a, err := decodeAccount(k, v)
-			if err != nil {
-				return err
-			}
+		err = each(x, bucketAccounts, decodeAccount, func(a *ledger.Account) error {
+			imply(bucketDue, accountDueKey(a))
 			if a.Parent != "" {
-				withParent[string(a.ID)] = a.Parent
+				imply(bucketChildren, childKey(a.Parent, a.ID))
 			}
-			if err := c.Account(&a); err != nil {
-				return err
-			}
-			if dk := accountDueKey(&a); dk != nil {
-				budgeted++
-				if due.Get(dk) == nil {
-					return fmt.Errorf("%w: account %s is missing from the due index", ErrCorrupt, a.ID)
-				}
-			}
+			return c.Account(a)
+		})
+		if err != nil {
+			return err
+		}
+		err = each(x, bucketKeys, decodeKey, func(k *ledger.Key) error {
+			imply(bucketKeyExp, keyExpiryKey(k))
+			imply(bucketKeyIndex, pairKey(k.Account, k.ID))
 			return nil
 		})
 		if err != nil {
 			return err
 		}
-		if n := due.Stats().KeyN; n != budgeted {
-			return fmt.Errorf("%w: due index has %d entries for %d accounts with a period", ErrCorrupt, n, budgeted)
-		}
-		if err := checkChildren(x, withParent); err != nil {
-			return err
+		for _, index := range indexes {
+			if err := holdsExactly(x, index, want[string(index)]); err != nil {
+				return err
+			}
 		}
 		if err := checkEventAges(x); err != nil {
 			return err
 		}
-		if err := checkKeys(x); err != nil {
+		if err := each(x, bucketAdmins, decodeAdminToken, nil); err != nil {
+			return err
+		}
+		if err := each(x, bucketTokens, decodePlatformToken, nil); err != nil {
+			return err
+		}
+		if err := each(x, bucketNodes, decodeIncarnation, nil); err != nil {
 			return err
 		}
 		return c.Done()
 	})
 }
 
+// each decodes every record of bucket and passes it to fn (if not nil).
+func each[T any](x *boltTx, bucket []byte, decode func(k, v []byte) (T, error), fn func(*T) error) error {
+	return x.bucket(bucket).ForEach(func(k, v []byte) error {
+		rec, err := decode(k, v)
+		if err != nil || fn == nil {
+			return err
+		}
+		return fn(&rec)
+	})
+}
+
+// holdsExactly checks that index has exactly the entries want.
+func holdsExactly(x *boltTx, index []byte, want map[string]bool) error {
+	n := 0
+	err := x.bucket(index).ForEach(func(k, _ []byte) error {
+		if !want[string(k)] {
+			return fmt.Errorf("%w: %s index entry %x names no record that implies it", ErrCorrupt, index, k)
+		}
+		n++
+		return nil
+	})
+	if err == nil && n != len(want) {
+		err = fmt.Errorf("%w: %s index has %d entries, the records imply %d", ErrCorrupt, index, n, len(want))
+	}
+	return err
+}
+
 // checkEventAges verifies that the ingest-time index names every remembered
 // event id exactly once and nothing else.
-func checkEventAges(x *txn) error {
+func checkEventAges(x *boltTx) error {
 	seen := x.bucket(bucketEvents)
 	indexed := make(map[[16]byte]bool)
 	err := x.bucket(bucketEventAge).ForEach(func(k, _ []byte) error {
@@ -112,34 +124,4 @@ func checkEventAges(x *txn) error {
 		return fmt.Errorf("%w: event-age index has %d entries for %d remembered events", ErrCorrupt, len(indexed), n)
 	}
 	return nil
-}
-
-// checkKeys verifies that every key and admin token decodes and that the
-// key expiry index names exactly the live keys with an expiry.
-func checkKeys(x *txn) error {
-	index := x.bucket(bucketKeyExp)
-	expiring := 0
-	err := x.bucket(bucketKeys).ForEach(func(id, v []byte) error {
-		k, err := decodeKey(id, v)
-		if err != nil {
-			return err
-		}
-		if ek := keyExpiryKey(&k); ek != nil {
-			expiring++
-			if index.Get(ek) == nil {
-				return fmt.Errorf("%w: key %s expiring at %d is missing from the key expiry index", ErrCorrupt, k.ID, k.ExpiresAt)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	if n := index.Stats().KeyN; n != expiring {
-		return fmt.Errorf("%w: key expiry index has %d entries for %d expiring keys", ErrCorrupt, n, expiring)
-	}
-	return x.bucket(bucketAdmins).ForEach(func(id, v []byte) error {
-		_, err := decodeAdminToken(id, v)
-		return err
-	})
 }

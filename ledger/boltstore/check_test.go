@@ -72,6 +72,11 @@ func TestCheckFindsTampering(t *testing.T) {
 		{"stray expiry entry", func(tx *bolt.Tx) error { return tx.Bucket(bucketExpiry).Put(expiryKey(t0, 99), nil) }, ErrCorrupt},
 		{"stray due entry", func(tx *bolt.Tx) error { return tx.Bucket(bucketDue).Put(dueKey(t0, "ghost"), nil) }, ErrCorrupt},
 		{"undecodable account", func(tx *bolt.Tx) error { return tx.Bucket(bucketAccounts).Put([]byte("org"), []byte{recordV1, 0xff}) }, ErrCorrupt},
+		{"stray key index entry", func(tx *bolt.Tx) error { return tx.Bucket(bucketKeyIndex).Put(pairKey("org", "ghost"), nil) }, ErrCorrupt},
+		{"stray held entry", func(tx *bolt.Tx) error {
+			return tx.Bucket(bucketHeld).Put(append(heldPrefix("ghost"), u64Key(99)...), nil)
+		}, ErrCorrupt},
+		{"undecodable platform token", func(tx *bolt.Tx) error { return tx.Bucket(bucketTokens).Put([]byte("t"), []byte{0xff}) }, ErrCorrupt},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := tamperedStore(t, c.edit)

@@ -16,7 +16,6 @@ package boltstore
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 
@@ -30,10 +29,13 @@ const (
 	recordV1 = 1
 	recordV2 = 2 // accounts: + Repaid; leases: + Holder
 	recordV3 = 3 // leases: + Grace
+	// Admin tokens: recordV2 (schema 7) + Role; a recordV1 token is
+	// ledger.RoleAdmin, every token's power before roles existed.
 )
 
-// ErrCorrupt reports a stored record that does not decode.
-var ErrCorrupt = errors.New("boltstore: corrupt record")
+// ErrCorrupt reports a stored record that does not decode, or an index
+// that disagrees with the records.
+var ErrCorrupt = ledger.ErrCorrupt
 
 type encoder struct{ b []byte }
 
@@ -344,21 +346,28 @@ func decodeSchema2Key(id []byte, v []byte) (ledger.Key, error) {
 }
 
 func encodeAdminToken(t *ledger.AdminToken) []byte {
-	e := newEncoder(48 + len(t.Name))
+	e := newEncoderV(56+len(t.Name), recordV2)
 	e.string(t.Name)
 	e.digest(t.Digest)
 	e.int(t.CreatedAt)
 	e.bool(t.Revoked)
+	e.string(t.Role)
 	return e.b
 }
 
 func decodeAdminToken(id []byte, v []byte) (ledger.AdminToken, error) {
-	d := newDecoder("admin token", v)
-	t := ledger.AdminToken{ID: string(id)}
+	d := newDecoderUpTo("admin token", v, recordV2)
+	t := ledger.AdminToken{ID: string(id), Role: ledger.RoleAdmin}
 	t.Name = d.string()
 	t.Digest = d.digest()
 	t.CreatedAt = d.int()
 	t.Revoked = d.bool()
+	if d.format >= recordV2 {
+		t.Role = d.string()
+	}
+	if d.err == nil && !ledger.ValidRole(t.Role) {
+		d.fail("admin token %s: unknown role %q", id, t.Role)
+	}
 	return t, d.done()
 }
 
@@ -400,6 +409,29 @@ func decodeAudit(seq uint64, v []byte) (ledger.AuditRecord, error) {
 	r.Before = d.optional()
 	r.After = d.optional()
 	return r, d.done()
+}
+
+func encodeIncarnation(i *ledger.Incarnation) []byte {
+	e := newEncoder(24)
+	e.uint(i.Number)
+	e.int(i.Grace)
+	e.int(i.StartedAt)
+	return e.b
+}
+
+func decodeIncarnation(node []byte, v []byte) (ledger.Incarnation, error) {
+	d := newDecoder("incarnation", v)
+	i := ledger.Incarnation{Node: string(node)}
+	i.Number = d.uint()
+	i.Grace = d.int()
+	i.StartedAt = d.int()
+	if err := d.done(); err != nil {
+		return ledger.Incarnation{}, fmt.Errorf("node %q: %w", node, err)
+	}
+	if i.Number == 0 || i.Grace < ledger.NoGrace {
+		return ledger.Incarnation{}, fmt.Errorf("%w: node %q: incarnation %d, grace %d", ErrCorrupt, node, i.Number, i.Grace)
+	}
+	return i, nil
 }
 
 // u64Key is v big-endian: numeric order is byte order.

@@ -72,7 +72,8 @@ func TestRecordsRoundTrip(t *testing.T) {
 		if got, err := decodeKey([]byte(k.ID), encodeKey(&k)); err != nil || got != k {
 			t.Fatalf("key: %+v, %v", got, err)
 		}
-		at := ledger.AdminToken{ID: "a", Name: k.Name, Digest: k.Digest, CreatedAt: k.CreatedAt, Revoked: k.Revoked}
+		at := ledger.AdminToken{ID: "a", Name: k.Name, Digest: k.Digest, CreatedAt: k.CreatedAt, Revoked: k.Revoked,
+			Role: rapid.SampledFrom(ledger.AdminRoles).Draw(t, "role")}
 		if got, err := decodeAdminToken([]byte(at.ID), encodeAdminToken(&at)); err != nil || got != at {
 			t.Fatalf("admin token: %+v, %v", got, err)
 		}

@@ -53,7 +53,7 @@ func (r *usageRuns) add(u *ledger.Usage) {
 
 // keep writes the runs to the accounts' histories and trims what fell
 // out of the last history events.
-func (x *txn) keepUsage(r *usageRuns, history uint64) error {
+func (x *boltTx) keepUsage(r *usageRuns, history uint64) error {
 	for _, id := range r.order {
 		events := r.by[id]
 		b, err := x.bucket(bucketUsage).CreateBucketIfNotExists([]byte(id))

@@ -1,6 +1,7 @@
 package boltstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -80,7 +81,7 @@ func TestSchema2FileIsUpgraded(t *testing.T) {
 		t.Fatalf("keys after the upgrade: %+v, %v", got, err)
 	}
 	admins, err := s.AdminTokens(ctx)
-	want := []ledger.AdminToken{{ID: ledger.BootstrapAdminTokenID, Name: ledger.BootstrapAdminTokenID}}
+	want := []ledger.AdminToken{{ID: ledger.BootstrapAdminTokenID, Name: ledger.BootstrapAdminTokenID, Role: ledger.RoleAdmin}}
 	if err != nil || !reflect.DeepEqual(admins, want) {
 		t.Fatalf("admin tokens after the upgrade: %+v, %v", admins, err)
 	}
@@ -228,5 +229,69 @@ func TestLeaseCursorAtTheLastIDEndsTheListing(t *testing.T) {
 		if err != nil || len(got) != 0 || next != "" {
 			t.Fatalf("active %v: %+v %q %v", active, got, next, err)
 		}
+	}
+}
+
+// TestSchema6AdminTokensBecomeAdmins: admin tokens a schema-6 build wrote
+// (no role: each could do everything) open as admins, the file is marked
+// with the current schema so that a schema-6 build refuses it, and a token
+// added afterwards keeps its role.
+func TestSchema6AdminTokensBecomeAdmins(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	schema6 := func(name string, d [32]byte, created int64, revoked bool) []byte {
+		e := newEncoder(48)
+		e.string(name)
+		e.digest(d)
+		e.int(created)
+		e.bool(revoked)
+		return e.b
+	}
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		admins := tx.Bucket(bucketAdmins)
+		if err := admins.Put([]byte(ledger.BootstrapAdminTokenID), schema6(ledger.BootstrapAdminTokenID, [32]byte{1}, 0, false)); err != nil {
+			return err
+		}
+		if err := admins.Put([]byte("atk_ops"), schema6("ops", [32]byte{2}, t0, true)); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketMeta).Put(metaSchema, u64Key(6))
+	})
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err = Open(path, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	viewer := ledger.AdminToken{ID: "atk_view", Name: "grafana", Digest: [32]byte{3}, CreatedAt: t0 + 1, Role: ledger.RoleViewer}
+	if err := s.AddAdminToken(ctx, viewer); err != nil {
+		t.Fatal(err)
+	}
+	want := []ledger.AdminToken{
+		{ID: "atk_ops", Name: "ops", Digest: [32]byte{2}, CreatedAt: t0, Revoked: true, Role: ledger.RoleAdmin},
+		viewer,
+		{ID: ledger.BootstrapAdminTokenID, Name: ledger.BootstrapAdminTokenID, Digest: [32]byte{1}, Role: ledger.RoleAdmin},
+	}
+	if got, err := s.AdminTokens(ctx); err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("admin tokens after the upgrade: %+v, %v\nwant %+v", got, err, want)
+	}
+	var schema []byte
+	s.db.View(func(tx *bolt.Tx) error {
+		schema = bytes.Clone(tx.Bucket(bucketMeta).Get(metaSchema))
+		return nil
+	})
+	if string(schema) != string(u64Key(schemaVersion)) || schemaVersion != 7 {
+		t.Fatalf("schema %x after the upgrade, this build's %d", schema, schemaVersion)
 	}
 }

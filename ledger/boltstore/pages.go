@@ -3,9 +3,6 @@ package boltstore
 import (
 	"bytes"
 	"context"
-	"fmt"
-	"math"
-	"slices"
 	"strconv"
 
 	"github.com/tollgated/tollgated/core"
@@ -16,45 +13,37 @@ import (
 // or a lease id or usage sequence in decimal (ledger.SeqCursor); a page
 // reads at most ledger.MaxPageScan items.
 
-// ListAccounts implements ledger.Store. With a Parent it walks that
+// AccountPage implements txn.Queries. With a Parent it walks that
 // account's children index; otherwise the accounts themselves.
-func (s *Store) ListAccounts(ctx context.Context, f ledger.AccountFilter, p ledger.Page) (out []ledger.Account, next string, err error) {
-	if err := p.Check(); err != nil {
-		return nil, "", err
-	}
-	if p.After != "" {
-		if err := core.AccountID(p.After).Validate(); err != nil {
-			return nil, "", fmt.Errorf("%w: cursor %q", ledger.ErrInvalid, p.After)
-		}
-	}
-	err = s.view(ctx, func(x *txn) error {
+func (b *backend) AccountPage(ctx context.Context, f ledger.AccountFilter, after string, limit int) (out []ledger.Account, next string, err error) {
+	err = b.view(ctx, func(x *boltTx) error {
 		// Each index key ends in an account id after prefix.
 		var prefix []byte
-		b := x.bucket(bucketAccounts)
+		index := x.bucket(bucketAccounts)
 		if f.Parent != "" {
-			if _, err := x.account(f.Parent); err != nil {
+			if _, err := x.Account(f.Parent); err != nil {
 				return err
 			}
-			prefix, b = childKey(f.Parent, ""), x.bucket(bucketChildren)
+			prefix, index = childKey(f.Parent, ""), x.bucket(bucketChildren)
 		}
-		c := b.Cursor()
-		k, _ := c.Seek(append(bytes.Clone(prefix), p.After...))
-		if p.After != "" && k != nil && string(k[min(len(prefix), len(k)):]) == p.After {
+		c := index.Cursor()
+		k, _ := c.Seek(append(bytes.Clone(prefix), after...))
+		if after != "" && k != nil && string(k[min(len(prefix), len(k)):]) == after {
 			k, _ = c.Next()
 		}
 		for scanned := 0; k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-			if len(out) == p.Limit || scanned == ledger.MaxPageScan {
+			if len(out) == limit || scanned == ledger.MaxPageScan {
 				return nil
 			}
 			scanned++
 			id := core.AccountID(k[len(prefix):])
 			next = string(id)
-			a, err := x.account(id)
+			a, err := x.Account(id)
 			if err != nil {
 				return err
 			}
 			if !f.ByStatus || a.Status == f.Status {
-				out = append(out, *a)
+				out = append(out, a)
 			}
 		}
 		next = "" // the index ended: nothing follows
@@ -66,32 +55,18 @@ func (s *Store) ListAccounts(ctx context.Context, f ledger.AccountFilter, p ledg
 	return out, next, nil
 }
 
-// ListLeases implements ledger.Store. Active leases are read through the
+// LeasePage implements txn.Queries. Active leases are read through the
 // expiry index (they are few: about one per busy account), every lease
 // through the leases themselves.
-func (s *Store) ListLeases(ctx context.Context, active bool, p ledger.Page) (out []ledger.Lease, next string, err error) {
-	if err := p.Check(); err != nil {
-		return nil, "", err
-	}
-	after, err := ledger.SeqCursor(p.After)
-	if err != nil || after == math.MaxUint64 {
-		return nil, "", err // nothing follows the last possible id
-	}
-	err = s.view(ctx, func(x *txn) error {
+func (b *backend) LeasePage(ctx context.Context, active bool, after uint64, limit int) (out []ledger.Lease, next string, err error) {
+	err = b.view(ctx, func(x *boltTx) error {
 		if active {
-			var ids []uint64
-			err := x.bucket(bucketExpiry).ForEach(func(k, _ []byte) error {
-				if id := seqOf(k[8:]); id > after {
-					ids = append(ids, id)
-				}
-				return nil
-			})
+			ids, err := activeLeases(x, after)
 			if err != nil {
 				return err
 			}
-			slices.Sort(ids)
 			for i, id := range ids {
-				if i == p.Limit {
+				if i == limit {
 					next = strconv.FormatUint(ids[i-1], 10)
 					break
 				}
@@ -105,7 +80,7 @@ func (s *Store) ListLeases(ctx context.Context, active bool, p ledger.Page) (out
 		}
 		c := x.bucket(bucketLeases).Cursor()
 		for k, v := c.Seek(u64Key(after + 1)); k != nil; k, v = c.Next() {
-			if len(out) == p.Limit {
+			if len(out) == limit {
 				next = strconv.FormatUint(out[len(out)-1].ID, 10)
 				return nil
 			}
@@ -123,37 +98,26 @@ func (s *Store) ListLeases(ctx context.Context, active bool, p ledger.Page) (out
 	return out, next, nil
 }
 
-// ListUsage implements ledger.Store: newest first, so the cursor is the
+// UsagePage implements txn.Queries: newest first, so the cursor is the
 // sequence of the last (oldest) event returned.
-func (s *Store) ListUsage(ctx context.Context, id core.AccountID, p ledger.Page) (out []ledger.Usage, next string, err error) {
-	if err := p.Check(); err != nil {
-		return nil, "", err
-	}
-	before, err := ledger.SeqCursor(p.After)
-	if err != nil {
-		return nil, "", err
-	}
-	err = s.view(ctx, func(x *txn) error {
-		if _, err := x.account(id); err != nil {
+func (b *backend) UsagePage(ctx context.Context, id core.AccountID, before uint64, limit int) (out []ledger.Usage, next string, err error) {
+	err = b.view(ctx, func(x *boltTx) error {
+		if _, err := x.Account(id); err != nil {
 			return err
 		}
-		b := x.bucket(bucketUsage).Bucket([]byte(id))
-		if b == nil {
+		u := x.bucket(bucketUsage).Bucket([]byte(id))
+		if u == nil {
 			return nil
 		}
 		var last uint64
-		err := eachUsageBack(b, s.history, before, func(seq uint64, u ledger.Usage) bool {
-			if len(out) == p.Limit {
+		return eachUsageBack(u, b.history, before, func(seq uint64, u ledger.Usage) bool {
+			if len(out) == limit {
 				next = strconv.FormatUint(last, 10)
 				return false
 			}
 			out, last = append(out, u), seq
 			return true
 		})
-		if err != nil {
-			return err
-		}
-		return nil
 	})
 	if err != nil {
 		return nil, "", err

@@ -8,19 +8,20 @@
 // rollover per boundary, one fencing token per grant, one record per event
 // id) hold under concurrent callers. Reads run in parallel with it.
 //
-// The money itself moves only through the rules in package ledger; this
-// package loads the accounts and leases a call touches, applies a rule, and
-// writes back what changed together with the indexes it maintains (see
-// txn.go). Record encoding is described in codec.go.
+// The transaction scripts are package ledger/txn's, the money rules
+// package ledger's: this package brings the rows they read and write
+// (tx.go), with the indexes that follow from them, its reads (reads.go,
+// pages.go) and its record encoding (codec.go).
 //
 // Storage decisions:
 //   - Rollover and Reclaim walk indexes ordered by period end and by lease
-//     expiry, so their cost follows what is due, not the store's size.
+//     expiry, so their cost follows what is due, not the store's size; a
+//     periodic pass with nothing due writes nothing (Due).
 //   - Lease ids come from one store-wide sequence; a consolidation whose
 //     replacement was refused still commits, so ids may have gaps.
 //   - Ingest records every event id with its verdict, rejected ones too,
-//     and keeps them forever (there is no pruning horizon yet); UsageOf
-//     keeps each account's last Options.UsageHistory accepted events.
+//     until ForgetEvents drops it; UsageOf keeps each account's last
+//     Options.UsageHistory accepted events.
 //   - Deposit keys are kept per account with their units; a repeat is
 //     recognised before any other check, even after the account closed.
 //   - Listings (Accounts, Leases, Keys, PlatformTokens, AdminTokens and
@@ -32,7 +33,6 @@
 package boltstore
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -42,6 +42,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/tollgated/tollgated/ledger"
+	"github.com/tollgated/tollgated/ledger/txn"
 )
 
 // Bucket names. Layout (keys → values):
@@ -62,7 +63,7 @@ import (
 //	admintokens admin token id → admin token (the bootstrap one is "bootstrap")
 //	marks     node id → the last spool sequence its settlements covered
 //	          (the holder name of an incarnation: ledger.Incarnation.Holder)
-//	nodes     node id → its current incarnation (incarnations.go)
+//	nodes     node id → its current incarnation
 //	held      holder ⧺ lease id → nil: leases not released, for LeasesOf
 //	audit     sequence → audit record
 var (
@@ -101,122 +102,16 @@ var (
 // children or event-age index), 2 (keys without name, expiry or last use;
 // one admin token), 3 (accounts without Repaid, leases without Holder,
 // and debts beside balances), 4 (usage history one record per event,
-// which schema 5 reads beside its runs: history.go) or 5 (no incarnations,
-// no held index, leases without their grace: incarnations.go) in the
+// which schema 5 reads beside its runs: history.go), 5 (no incarnations,
+// no held index, leases without their grace: migrate.go) or 6 (admin
+// tokens without a role: each is an admin) in the
 // transaction that opens it, and refuses any other. The bump matters: an
 // older build refuses a newer file instead of writing records its indexes
 // miss or its rules would break (for schema 2, finding no admin token and
 // generating a second one; for schema 4, failing on every usage run it
-// reads; for schema 5, leases it cannot decode).
-const schemaVersion = 6
-
-// migrateFrom3 settles the debts schemas up to 3 let stand beside a
-// balance: schema 4 repays overage from arriving funds first (ledger.Repay), and
-// L1 now refuses an account that owes while holding a balance.
-func migrateFrom3(tx *bolt.Tx) error {
-	b := tx.Bucket(bucketAccounts)
-	type change struct {
-		id []byte
-		v  []byte
-	}
-	var changes []change
-	err := b.ForEach(func(k, v []byte) error {
-		a, err := decodeAccount(k, v)
-		if err != nil {
-			return err
-		}
-		if a.Overage == 0 || a.Balance() == 0 {
-			return nil
-		}
-		fromTopUp := min(a.Overage, a.TopUpLeft)
-		a.TopUpLeft -= fromTopUp
-		if err := ledger.Repay(&a, &a.TopUpLeft, fromTopUp); err != nil {
-			return err
-		}
-		fromAllowance := min(a.Overage, a.AllowanceLeft)
-		a.AllowanceLeft -= fromAllowance
-		if err := ledger.Repay(&a, &a.AllowanceLeft, fromAllowance); err != nil {
-			return err
-		}
-		if err := a.Conserved(); err != nil {
-			return err
-		}
-		changes = append(changes, change{bytes.Clone(k), encodeAccount(&a)})
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	for _, c := range changes {
-		if err := b.Put(c.id, c.v); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// migrateFrom1 builds the indexes schema 2 added. A schema-1 file kept no
-// ingest times, so its event ids count as ingested at now.
-func migrateFrom1(tx *bolt.Tx, now int64) error {
-	if tx.Bucket(bucketChildren) == nil {
-		if err := indexChildren(tx); err != nil {
-			return err
-		}
-	}
-	if tx.Bucket(bucketEventAge) == nil {
-		if err := indexEventAges(tx, now); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// migrateFrom2 rewrites every key in schema 3's layout (none had an
-// expiry, so the expiry index starts empty) and turns the one admin token
-// digest into the bootstrap admin token.
-func migrateFrom2(tx *bolt.Tx) error {
-	if _, err := tx.CreateBucketIfNotExists(bucketKeyExp); err != nil {
-		return err
-	}
-	admins, err := tx.CreateBucketIfNotExists(bucketAdmins)
-	if err != nil {
-		return err
-	}
-	keys, err := tx.CreateBucketIfNotExists(bucketKeys)
-	if err != nil {
-		return err
-	}
-	var rewritten [][2][]byte
-	err = keys.ForEach(func(id, v []byte) error {
-		k, err := decodeSchema2Key(id, v)
-		if err != nil {
-			return err
-		}
-		rewritten = append(rewritten, [2][]byte{bytes.Clone(id), encodeKey(&k)})
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	for _, kv := range rewritten { // not inside ForEach: bbolt forbids writes while iterating
-		if err := keys.Put(kv[0], kv[1]); err != nil {
-			return err
-		}
-	}
-	meta := tx.Bucket(bucketMeta)
-	d := meta.Get(metaAdmin)
-	if d == nil {
-		return nil
-	}
-	if len(d) != 32 {
-		return fmt.Errorf("%w: admin token digest of %d bytes", ErrCorrupt, len(d))
-	}
-	t := ledger.AdminToken{ID: ledger.BootstrapAdminTokenID, Name: ledger.BootstrapAdminTokenID, Digest: [32]byte(d)}
-	if err := admins.Put([]byte(t.ID), encodeAdminToken(&t)); err != nil {
-		return err
-	}
-	return meta.Delete(metaAdmin)
-}
+// reads; for schema 5, leases it cannot decode; for schema 6, admin tokens
+// with a role, which it would take for all-powerful).
+const schemaVersion = 7
 
 // OpenTimeout is how long Open waits for the file lock: bbolt allows one
 // process per file, and a second opener should fail fast and clearly, not
@@ -240,15 +135,23 @@ type Options struct {
 	NoSync bool
 }
 
-// Store is a ledger.Store over one bbolt file.
+// Store is a ledger.Store over one bbolt file: the scripts of package
+// ledger/txn over this package's rows.
 type Store struct {
+	*txn.Store
+	db *bolt.DB
+	b  *backend
+}
+
+var _ ledger.Store = (*Store)(nil)
+
+// backend is the file as the scripts use it (txn.Backend).
+type backend struct {
 	db        *bolt.DB
 	history   uint64
 	closeOnce sync.Once
 	closeErr  error
 }
-
-var _ ledger.Store = (*Store)(nil)
 
 // ErrLocked reports a file another store (in this or another process)
 // holds open.
@@ -269,77 +172,55 @@ func Open(path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
 	}
-	err = db.Update(func(tx *bolt.Tx) error {
-		var schema []byte
-		if meta := tx.Bucket(bucketMeta); meta != nil {
-			schema = meta.Get(metaSchema)
-		}
-		switch {
-		case schema == nil: // a new file
-		case string(schema) == string(u64Key(1)):
-			if err := migrateFrom1(tx, time.Now().UnixNano()); err != nil {
-				return fmt.Errorf("boltstore: %s: upgrading schema 1: %w", path, err)
-			}
-			fallthrough
-		case string(schema) == string(u64Key(2)):
-			if err := migrateFrom2(tx); err != nil {
-				return fmt.Errorf("boltstore: %s: upgrading schema 2: %w", path, err)
-			}
-			fallthrough
-		case string(schema) == string(u64Key(3)):
-			if err := migrateFrom3(tx); err != nil {
-				return fmt.Errorf("boltstore: %s: upgrading schema 3: %w", path, err)
-			}
-			fallthrough
-		case string(schema) == string(u64Key(4)), string(schema) == string(u64Key(5)):
-			// Schema 5 reads schema 4's per-event usage records beside its
-			// runs: nothing to rewrite for them.
-			if err := migrateFrom5(tx); err != nil {
-				return fmt.Errorf("boltstore: %s: upgrading schema 5: %w", path, err)
-			}
-		case string(schema) != string(u64Key(schemaVersion)):
-			return fmt.Errorf("boltstore: %s has schema %x, this build reads %d", path, schema, schemaVersion)
-		}
-		for _, name := range allBuckets {
-			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
-				return err
-			}
-		}
-		return tx.Bucket(bucketMeta).Put(metaSchema, u64Key(schemaVersion))
-	})
-	if err != nil {
+	if err := db.Update(func(tx *bolt.Tx) error { return upgrade(tx, path) }); err != nil {
 		db.Close()
 		return nil, err
 	}
-	return &Store{db: db, history: uint64(opts.UsageHistory)}, nil
+	b := &backend{db: db, history: uint64(opts.UsageHistory)}
+	return &Store{Store: txn.New(b), db: db, b: b}, nil
 }
 
 // Close closes the file. It is safe to call more than once.
-func (s *Store) Close() error {
-	s.closeOnce.Do(func() { s.closeErr = s.db.Close() })
-	return s.closeErr
+func (b *backend) Close() error {
+	b.closeOnce.Do(func() { b.closeErr = b.db.Close() })
+	return b.closeErr
 }
 
-// update runs fn in one read-write transaction over a fresh txn cache and,
-// if fn succeeds, writes back every account and lease it changed before
-// committing. An error from fn rolls everything back.
-func (s *Store) update(ctx context.Context, fn func(x *txn) error) error {
+// Update implements txn.Backend: one read-write transaction, committed
+// and fsync'd when fn succeeds.
+func (b *backend) Update(ctx context.Context, fn func(txn.Tx) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return s.db.Update(func(tx *bolt.Tx) error {
-		x := newTxn(tx)
-		if err := fn(x); err != nil {
-			return err
-		}
-		return x.flush()
-	})
+	return b.db.Update(func(tx *bolt.Tx) error { return fn(&boltTx{tx: tx, history: b.history}) })
 }
 
 // view runs fn in one read-only transaction.
-func (s *Store) view(ctx context.Context, fn func(x *txn) error) error {
+func (b *backend) view(ctx context.Context, fn func(x *boltTx) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return s.db.View(func(tx *bolt.Tx) error { return fn(newTxn(tx)) })
+	return b.db.View(func(tx *bolt.Tx) error { return fn(&boltTx{tx: tx, history: b.history}) })
+}
+
+// view runs fn in one read-only transaction of s's file.
+func (s *Store) view(ctx context.Context, fn func(x *boltTx) error) error { return s.b.view(ctx, fn) }
+
+// dueIndexes are the time-ordered indexes of the periodic passes.
+var dueIndexes = map[txn.DueWork][]byte{
+	txn.DueRollover: bucketDue, txn.DueReclaim: bucketExpiry, txn.DueKeys: bucketKeyExp, txn.DueEvents: bucketEventAge,
+}
+
+// Due implements txn.DueChecker: whether what's index has an entry timed
+// at or before t. The periodic passes ask in a read transaction first: a
+// write transaction's commit is an fsync even when it changes nothing,
+// and an idle node runs them every second.
+func (b *backend) Due(ctx context.Context, what txn.DueWork, t int64) (bool, error) {
+	found := false
+	err := b.view(ctx, func(x *boltTx) error {
+		k, _ := x.bucket(dueIndexes[what]).Cursor().First()
+		found = k != nil && keyTime(k) <= t
+		return nil
+	})
+	return found, err
 }

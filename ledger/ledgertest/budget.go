@@ -120,11 +120,13 @@ func testRolloverIsLazyAtGrant(h *harness) {
 	h.money("org", money{Deposited: 10, Outstanding: 10})
 	_, ev, err := h.s.Acquire(h.ctx, "org", "node-a", 5, 0, hour, t0+hour)
 	h.refusal("exhausted today", err, ledger.RefusedExhausted, "org")
-	if ev != (ledger.Evidence{Remaining: 10, Scope: core.ScopeOrg, PeriodEnd: nextMidnight, Period: ledger.PeriodDay}) {
+	if ev != (ledger.Evidence{Remaining: 10, ResetAt: nextMidnight, Next: 20, Scope: core.ScopeOrg, PeriodEnd: nextMidnight,
+		Period: ledger.PeriodDay, Ceiling: 20}) {
 		h.t.Fatalf("evidence %+v", ev)
 	}
 	l, ev := h.acquire("org", 5, 0, hour, nextMidnight+minute)
-	if l.Granted != 5 || ev != (ledger.Evidence{Remaining: 20, Scope: core.ScopeOrg, PeriodEnd: nextMidnight + day, Period: ledger.PeriodDay}) {
+	if l.Granted != 5 || ev != (ledger.Evidence{Remaining: 20, ResetAt: nextMidnight + day, Next: 25, Scope: core.ScopeOrg,
+		PeriodEnd: nextMidnight + day, Period: ledger.PeriodDay, Ceiling: 25}) {
 		h.t.Fatalf("after midnight: %+v, %+v", l, ev)
 	}
 	h.money("org", money{Deposited: 20, AllowanceLeft: 5, Outstanding: 15})

@@ -2,6 +2,8 @@ package ledgertest
 
 import (
 	"reflect"
+	"slices"
+	"strings"
 
 	"github.com/tollgated/tollgated/core"
 
@@ -177,9 +179,9 @@ func testAdminTokens(h *harness) {
 	if stored, err := h.s.SetAdminTokenDigest(h.ctx, [32]byte{9}); !stored || err != nil {
 		h.t.Fatalf("bootstrap: %v, %v", stored, err)
 	}
-	boot := ledger.AdminToken{ID: ledger.BootstrapAdminTokenID, Name: ledger.BootstrapAdminTokenID, Digest: [32]byte{9}}
-	ops := ledger.AdminToken{ID: "atk_ops", Name: "ops on-call", Digest: [32]byte{1}, CreatedAt: t0}
-	ci := ledger.AdminToken{ID: "atk_ci", Name: "ci", Digest: [32]byte{2}, CreatedAt: t0 + 1}
+	boot := ledger.AdminToken{ID: ledger.BootstrapAdminTokenID, Name: ledger.BootstrapAdminTokenID, Digest: [32]byte{9}, Role: ledger.RoleAdmin}
+	ops := ledger.AdminToken{ID: "atk_ops", Name: "ops on-call", Digest: [32]byte{1}, CreatedAt: t0, Role: ledger.RoleAdmin}
+	ci := ledger.AdminToken{ID: "atk_ci", Name: "ci", Digest: [32]byte{2}, CreatedAt: t0 + 1, Role: ledger.RoleAdmin}
 	for _, t := range []ledger.AdminToken{ops, ci, ops} {
 		if err := h.s.AddAdminToken(h.ctx, t); err != nil {
 			h.t.Fatalf("add %s: %v", t.ID, err)
@@ -215,5 +217,43 @@ func testAdminTokens(h *harness) {
 	}
 	if d, ok, err := h.s.AdminTokenDigest(h.ctx); !ok || err != nil || d != boot.Digest {
 		h.t.Fatalf("bootstrap digest after revocation: %x, %v, %v", d, ok, err)
+	}
+}
+
+// testAdminTokenRoles: every token keeps the role it was added with, across
+// a restart; the bootstrap token is an admin; a role that is none of
+// ledger.AdminRoles is refused, and the same id with another role is a
+// conflict (a token's power never changes in place).
+func testAdminTokenRoles(h *harness) {
+	if stored, err := h.s.SetAdminTokenDigest(h.ctx, [32]byte{9}); !stored || err != nil {
+		h.t.Fatalf("bootstrap: %v, %v", stored, err)
+	}
+	var want []ledger.AdminToken
+	for i, role := range ledger.AdminRoles {
+		t := ledger.AdminToken{ID: "atk_" + role, Name: role + " token", Digest: [32]byte{byte(i + 1)}, CreatedAt: t0, Role: role}
+		if err := h.s.AddAdminToken(h.ctx, t); err != nil {
+			h.t.Fatalf("add a %s token: %v", role, err)
+		}
+		want = append(want, t)
+	}
+	for _, role := range []string{"", "root", "Admin", "viewer "} {
+		h.wantErr("role "+role, h.s.AddAdminToken(h.ctx, ledger.AdminToken{ID: "atk_bad", Name: "bad", Digest: [32]byte{7}, Role: role}), ledger.ErrInvalid)
+	}
+	promoted := want[2] // the viewer
+	promoted.Role = ledger.RoleAdmin
+	h.wantErr("the same token as an admin", h.s.AddAdminToken(h.ctx, promoted), ledger.ErrConflict)
+	revoked, err := h.s.RevokeAdminToken(h.ctx, want[1].ID)
+	if err != nil || revoked.Role != ledger.RoleOperator || !revoked.Revoked {
+		h.t.Fatalf("revoking the operator's token: %+v, %v", revoked, err)
+	}
+	want[1].Revoked = true
+	want = append(want, ledger.AdminToken{ID: ledger.BootstrapAdminTokenID, Name: ledger.BootstrapAdminTokenID, Digest: [32]byte{9}, Role: ledger.RoleAdmin})
+	slices.SortFunc(want, func(a, b ledger.AdminToken) int { return strings.Compare(a.ID, b.ID) })
+	for range 2 {
+		got, err := h.s.AdminTokens(h.ctx)
+		if err != nil || !reflect.DeepEqual(got, want) {
+			h.t.Fatalf("admin tokens %+v, %v\nwant %+v", got, err, want)
+		}
+		h.restart()
 	}
 }

@@ -34,7 +34,7 @@ func testGrantPolicy(h *harness) {
 			h.t.Fatalf("balance %d want %d need %d: lease %+v, want %+v", c.balance, c.want, c.need, l, want)
 		}
 		h.money(id, money{Deposited: c.balance, TopUpLeft: c.balance - c.granted, Outstanding: c.granted})
-		if ev != (ledger.Evidence{Remaining: c.balance, Scope: core.ScopeOrg}) {
+		if ev != (ledger.Evidence{Remaining: c.balance, Next: c.balance, Scope: core.ScopeOrg, Ceiling: c.balance}) {
 			h.t.Fatalf("evidence %+v", ev)
 		}
 	}
@@ -66,14 +66,17 @@ func testFundingChain(h *harness) {
 	h.money("org", money{Deposited: 1000, TopUpLeft: 880, Outstanding: 120})
 	h.money("ws", money{})
 	h.money("agent", money{Deposited: 300, TopUpLeft: 180, Outstanding: 120})
-	if ev != (ledger.Evidence{Remaining: 300, Scope: core.ScopeAgent}) {
+	// Top-ups only, the agent holds at most what it has (its ceiling);
+	// the org can hold a month's allowance besides its top-ups and leases.
+	if ev != (ledger.Evidence{Remaining: 300, Next: 300, Scope: core.ScopeAgent, Ceiling: 300}) {
 		h.t.Fatalf("evidence %+v", ev)
 	}
 	if got, err := h.s.Evidence(h.ctx, "agent"); err != nil || got != ev {
 		h.t.Fatalf("Evidence(agent) = %+v, %v", got, err)
 	}
 	// The workspace has no money: its evidence is the org's.
-	if got, err := h.s.Evidence(h.ctx, "ws"); err != nil || got != (ledger.Evidence{Remaining: 1000, Scope: core.ScopeOrg, PeriodEnd: nextMonth, Period: ledger.PeriodMonth}) {
+	if got, err := h.s.Evidence(h.ctx, "ws"); err != nil || got != (ledger.Evidence{Remaining: 1000, ResetAt: nextMonth, Next: 1100,
+		Scope: core.ScopeOrg, PeriodEnd: nextMonth, Period: ledger.PeriodMonth, Ceiling: 1100}) {
 		h.t.Fatalf("Evidence(ws) = %+v, %v", got, err)
 	}
 	_, err := h.s.Evidence(h.ctx, "nobody")
@@ -88,15 +91,17 @@ func testFundingChain(h *harness) {
 	h.release(w, 50, t0)
 	h.money("org", money{Deposited: 1000, TopUpLeft: 880, Outstanding: 120})
 	// The agent can reach 180+120 = 300. Spend 700 of the org's directly so
-	// that it, too, holds 180+120: on a tie the evidence names the leaf.
+	// that it, too, holds 180+120: on a tie the evidence names the scope
+	// that resets last, the leaf (top-ups only: never).
 	y, _ := h.acquire("org", 700, 700, minute, t0)
 	h.ingest(t0, []ledger.Usage{leaseUsage(1, y, 700)}, ledger.Accepted)
-	if got, _ := h.s.Evidence(h.ctx, "agent"); got != (ledger.Evidence{Remaining: 300, Scope: core.ScopeAgent}) {
+	if got, _ := h.s.Evidence(h.ctx, "agent"); got != (ledger.Evidence{Remaining: 300, Next: 300, Scope: core.ScopeAgent, Ceiling: 300}) {
 		h.t.Fatalf("tie: %+v", got)
 	}
 	// One more unit billed to the org alone makes it the tighter scope.
 	h.ingest(t0, []ledger.Usage{{ID: eventID(2), Account: "org", Source: ledger.UsagePostPaid, Units: 1}}, ledger.Accepted)
-	if got, _ := h.s.Evidence(h.ctx, "agent"); got != (ledger.Evidence{Remaining: 299, Scope: core.ScopeOrg, PeriodEnd: nextMonth, Period: ledger.PeriodMonth}) {
+	if got, _ := h.s.Evidence(h.ctx, "agent"); got != (ledger.Evidence{Remaining: 299, ResetAt: nextMonth, Next: 300, Scope: core.ScopeOrg,
+		PeriodEnd: nextMonth, Period: ledger.PeriodMonth, Ceiling: 300}) {
 		h.t.Fatalf("org tighter: %+v", got)
 	}
 }
@@ -134,7 +139,7 @@ func testRefusals(h *harness) {
 	}
 	_, ev, err = h.s.Acquire(h.ctx, "agent", "node-a", 10, 0, minute, t0)
 	h.refusal("suspended workspace", err, ledger.RefusedInactive, "ws")
-	if ev != (ledger.Evidence{Remaining: 100, Scope: core.ScopeAgent}) {
+	if ev != (ledger.Evidence{Remaining: 100, Next: 100, Scope: core.ScopeAgent, Ceiling: 100}) {
 		h.t.Fatalf("evidence %+v", ev)
 	}
 	if _, err := h.s.SetStatus(h.ctx, "ws", core.StatusActive); err != nil {
@@ -149,7 +154,7 @@ func testRefusals(h *harness) {
 	o, _ := h.acquire("org", 100, 100, minute, t0)
 	_, ev, err = h.s.Acquire(h.ctx, "agent", "node-a", 10, 0, minute, t0)
 	h.refusal("exhausted org", err, ledger.RefusedExhausted, "org")
-	if ev != (ledger.Evidence{Remaining: 100, Scope: core.ScopeAgent}) {
+	if ev != (ledger.Evidence{Remaining: 100, Next: 100, Scope: core.ScopeAgent, Ceiling: 100}) {
 		h.t.Fatalf("evidence %+v", ev)
 	}
 	h.money("agent", money{Deposited: 100, TopUpLeft: 100})
@@ -224,7 +229,7 @@ func testExtend(h *harness) {
 	if n.ID != l.ID || n.Token != l.Token || n.Granted != 50 || n.Used != 10 || n.ExpiresAt != t0+minute+hour || n.Holder != "node-a" {
 		h.t.Fatalf("extended %+v", n)
 	}
-	if ev != (ledger.Evidence{Remaining: 90, Scope: core.ScopeOrg}) {
+	if ev != (ledger.Evidence{Remaining: 90, Next: 90, Scope: core.ScopeOrg, Ceiling: 90}) {
 		h.t.Fatalf("evidence %+v", ev)
 	}
 	h.money("org", money{Deposited: 100, TopUpLeft: 50, Outstanding: 40, Settled: 10})

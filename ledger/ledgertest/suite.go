@@ -62,6 +62,7 @@ var cases = []struct {
 	{"KeyRotation", testKeyRotation},
 	{"KeyLastUsed", testKeyLastUsed},
 	{"AdminTokens", testAdminTokens},
+	{"AdminTokenRoles", testAdminTokenRoles},
 	{"RandomSequences", testRandomSequences},
 }
 

@@ -49,13 +49,6 @@ const (
 	ChangeAdminToken    ChangeKind = "admin_token"    // added (the bootstrap one included) or revoked
 )
 
-// The kinds txn derives from account rows.
-const (
-	changeStatus = ChangeStatus
-	changePolicy = ChangePolicy
-	changeBudget = ChangeBudget
-)
-
 // Change is one entry of the change log.
 type Change struct {
 	ID      uint64
@@ -72,7 +65,7 @@ type change struct {
 }
 
 // change appends an entry to the transaction's change log.
-func (x *txn) change(kind ChangeKind, account core.AccountID, key, token string) {
+func (x *pgTx) change(kind ChangeKind, account core.AccountID, key, token string) {
 	x.changes = append(x.changes, change{kind: kind, account: string(account), key: key, token: token})
 }
 
@@ -89,7 +82,7 @@ const logChangesSQL = `WITH head AS (
 	SELECT pg_notify('` + NotifyChannel + `', max(id)::text) FROM logged`
 
 // flushChanges queues the change log entries, if any.
-func (x *txn) flushChanges(b *pgx.Batch) {
+func (x *pgTx) flushChanges(b *pgx.Batch) {
 	if len(x.changes) == 0 {
 		return
 	}
@@ -103,10 +96,6 @@ func (x *txn) flushChanges(b *pgx.Batch) {
 // LastChange returns the id of the newest committed change (0: none yet).
 func (s *Store) LastChange(ctx context.Context) (uint64, error) {
 	return lastChange(ctx, s.pool)
-}
-
-type querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 func lastChange(ctx context.Context, q querier) (uint64, error) {
@@ -212,7 +201,7 @@ func (s *Store) listenLoop(ctx context.Context, channel, app string, connected f
 // listen is one connection's life: LISTEN, run connected, then pass every
 // notification to notified until the connection fails.
 func (s *Store) listen(ctx context.Context, channel, app string, connected func(context.Context, *pgx.Conn) error, notified func(payload string) error) error {
-	cfg := s.connCfg.Copy()
+	cfg := s.b.connCfg.Copy()
 	cfg.RuntimeParams["application_name"] = app
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {

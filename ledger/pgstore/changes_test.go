@@ -90,7 +90,7 @@ func TestEveryConfigurationChangeIsLogged(t *testing.T) {
 	must(s.MarkKeysUsed(ctx, []ledger.KeyUse{{ID: "k3", At: t0}}))
 	_, err = s.SetSecretFingerprint(ctx, [32]byte{8})
 	must(err)
-	a := ledger.AdminToken{ID: "atk_ops", Name: "ops", Digest: [32]byte{9}, CreatedAt: t0}
+	a := ledger.AdminToken{ID: "atk_ops", Name: "ops", Digest: [32]byte{9}, CreatedAt: t0, Role: ledger.RoleOperator}
 	must(s.AddAdminToken(ctx, a))
 	must(s.AddAdminToken(ctx, a))
 	for range 2 {

@@ -34,7 +34,7 @@ func (f Finding) String() string {
 // Reconcile runs the reconciliation query and returns what it found
 // (nothing on a sound ledger).
 func (s *Store) Reconcile(ctx context.Context) (out []Finding, err error) {
-	err = s.view(ctx, func(tx pgx.Tx) error {
+	err = s.b.view(ctx, func(tx pgx.Tx) error {
 		out, err = reconcile(ctx, tx)
 		return err
 	})
@@ -63,8 +63,8 @@ func reconcile(ctx context.Context, tx pgx.Tx) ([]Finding, error) {
 // reconciliation query, which checks the same invariants in SQL and the
 // usage ingested against Settled; any row it returns wraps
 // ledger.ErrNotConserved too.
-func (s *Store) Check(ctx context.Context) error {
-	return s.view(ctx, func(tx pgx.Tx) error {
+func (b *backend) Check(ctx context.Context) error {
+	return b.view(ctx, func(tx pgx.Tx) error {
 		c := ledger.NewConservation()
 		err := eachRow(ctx, tx, "SELECT "+leaseColumns+" FROM leases ORDER BY id", func(row pgx.Row) error {
 			rec, err := scanLease(row)

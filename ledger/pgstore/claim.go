@@ -70,7 +70,7 @@ func (c *Claim) Release() {
 
 // takeClaim opens a connection and takes node's lock on it.
 func (s *Store) takeClaim(ctx context.Context, node string) (*pgx.Conn, error) {
-	cfg := s.connCfg.Copy()
+	cfg := s.b.connCfg.Copy()
 	cfg.RuntimeParams["application_name"] = claimApp
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {

@@ -7,7 +7,6 @@ package pgstore
 // the scan functions read them.
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -17,14 +16,14 @@ import (
 
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/ledger"
+	"github.com/tollgated/tollgated/ledger/txn"
 )
 
 // ErrCorrupt reports a row that does not hold a valid record.
-var ErrCorrupt = errors.New("pgstore: corrupt row")
+var ErrCorrupt = ledger.ErrCorrupt
 
-// maxNameLen bounds caller-chosen names (deposit keys, key and token ids),
-// as boltstore does.
-const maxNameLen = 256
+// maxNameLen bounds caller-chosen names (deposit keys, key and token ids).
+const maxNameLen = txn.MaxNameLen
 
 const accountColumns = `id, coalesce(parent, ''), capacity, unmetered, scope, status, policy, policy_generation,
 	budget_allowance, budget_period, deposited, overage, allowance_left, top_up_left, outstanding, settled,
@@ -130,8 +129,12 @@ func (w *writer) int(what string, v uint64) int64 {
 
 func (w *writer) units(what string, v core.CostUnits) int64 { return w.int(what, uint64(v)) }
 
-// validText refuses a string PostgreSQL's text cannot hold (ErrInvalid).
-func validText(what, s string) error {
+// validText refuses a string PostgreSQL's text cannot hold, or one longer
+// than max bytes when max is not 0 (ErrInvalid).
+func validText(what, s string, max int) error {
+	if max > 0 && len(s) > max {
+		return fmt.Errorf("%w: %s of %d bytes, at most %d", ledger.ErrInvalid, what, len(s), max)
+	}
 	if !utf8.ValidString(s) || strings.IndexByte(s, 0) >= 0 {
 		return fmt.Errorf("%w: %s must be UTF-8 without NUL bytes", ledger.ErrInvalid, what)
 	}
@@ -140,18 +143,8 @@ func validText(what, s string) error {
 
 // validName checks a caller-chosen id: 1 to maxNameLen bytes of text.
 func validName(what, id string) error {
-	if id == "" || len(id) > maxNameLen {
+	if id == "" {
 		return fmt.Errorf("%w: %s id must be 1-%d bytes", ledger.ErrInvalid, what, maxNameLen)
 	}
-	return validText(what+" id", id)
-}
-
-// validLabel checks a caller-chosen label (a key's or an admin token's
-// name, a lease's holder): at most maxNameLen bytes of text, possibly
-// empty.
-func validLabel(what, s string) error {
-	if len(s) > maxNameLen {
-		return fmt.Errorf("%w: %s of %d bytes, at most %d", ledger.ErrInvalid, what, len(s), maxNameLen)
-	}
-	return validText(what, s)
+	return validText(what+" id", id, maxNameLen)
 }

@@ -11,8 +11,9 @@ package pgstore
 // and to read it again. So a transaction that changes what an account can
 // still spend (ledger.Spendable: usage settled or billed, a lease
 // forfeited, a deposit, a budget) NOTIFYs FundsChannel with those
-// accounts' ids, in the same transaction: PostgreSQL delivers it when, and
-// only if, the transaction commits. Grants, extensions and the release of
+// accounts' ids, in the same transaction (the scripts find them: pgTx is a
+// txn.FundsAnnouncer): PostgreSQL delivers it when, and only if, the
+// transaction commits. Grants, extensions and the release of
 // units a lease did not use move units between an account's balance and
 // its leases and announce nothing (a release that bills what the lease used
 // beyond its settlements does announce).
@@ -25,13 +26,14 @@ package pgstore
 
 import (
 	"context"
-	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/ledger"
+	"github.com/tollgated/tollgated/ledger/txn"
 )
 
 // FundsChannel is the channel funding moves are announced on. The payload
@@ -46,39 +48,11 @@ const fundsEverything = "*"
 // notification.
 const maxFundsPayload = 7900
 
-// noteFunds notes c's account for the transaction's funds announcement if
-// what it can spend moved.
-func (x *txn) noteFunds(c *cachedAccount) error {
-	now, err := ledger.Spendable(&c.a)
-	if err != nil {
-		return err
-	}
-	if now != c.wasSpendable {
-		x.funds = append(x.funds, c.a.ID)
-	}
-	return nil
-}
-
-// flushFunds queues the announcement of the accounts noted.
-func (x *txn) flushFunds(b *pgx.Batch) {
-	if len(x.funds) > 0 {
-		b.Queue("SELECT pg_notify('"+FundsChannel+"', $1)", x.fundsPayload())
-	}
-}
-
-// fundsPayload names the accounts noted, leaving out an account below
-// another one noted (refreshing the ancestor's subtree covers it), or says
-// everything moved when they would not fit in one notification.
-func (x *txn) fundsPayload() string {
-	noted := make(map[core.AccountID]bool, len(x.funds))
-	for _, id := range x.funds {
-		noted[id] = true
-	}
+// fundsPayload names the accounts ids, or says everything moved when they
+// would not fit in one notification.
+func fundsPayload(ids []core.AccountID) string {
 	var payload strings.Builder
-	for _, id := range x.funds {
-		if x.hasNotedAncestor(id, noted) {
-			continue
-		}
+	for _, id := range ids {
 		if payload.Len()+1+len(id) > maxFundsPayload {
 			return fundsEverything
 		}
@@ -88,19 +62,6 @@ func (x *txn) fundsPayload() string {
 		payload.WriteString(string(id))
 	}
 	return payload.String()
-}
-
-// hasNotedAncestor reports whether an ancestor of id in the transaction's
-// cache is noted.
-func (x *txn) hasNotedAncestor(id core.AccountID, noted map[core.AccountID]bool) bool {
-	c, ok := x.accounts[id]
-	for depth := 0; ok && c.a.Parent != "" && depth < 3; depth++ {
-		if noted[c.a.Parent] {
-			return true
-		}
-		c, ok = x.accounts[c.a.Parent]
-	}
-	return false
 }
 
 // parseFunds reads an announcement's payload: the accounts named, or all
@@ -168,7 +129,7 @@ func (s *Store) EvidenceBelow(ctx context.Context, ids []core.AccountID) (map[co
 	if len(valid) == 0 {
 		return out, nil
 	}
-	err := s.view(ctx, func(tx pgx.Tx) error {
+	err := s.b.view(ctx, func(tx pgx.Tx) error {
 		clear(out)
 		rows, err := tx.Query(ctx, subtreesSQL, valid)
 		if err != nil {
@@ -190,31 +151,18 @@ func (s *Store) EvidenceBelow(ctx context.Context, ids []core.AccountID) (map[co
 // accounts in the subtree of one of roots, over its chain (which accounts
 // holds: the query selects the roots' ancestors too).
 func evidenceBelow(accounts []*ledger.Account, roots []string, out map[core.AccountID]ledger.Evidence) error {
-	byID := make(map[core.AccountID]*ledger.Account, len(accounts))
-	for _, a := range accounts {
-		byID[a.ID] = a
-	}
 	isRoot := make(map[core.AccountID]bool, len(roots))
 	for _, r := range roots {
 		isRoot[core.AccountID(r)] = true
 	}
+	read := among(accounts)
 	for _, a := range accounts {
-		an, below := make(ledger.Ancestry, 0, 3), false
-		for next := a; next != nil; next = byID[next.Parent] {
-			if len(an) == 3 {
-				return fmt.Errorf("%w: ancestry of %s is deeper than three", ErrCorrupt, a.ID)
-			}
-			an = append(an, next)
-			below = below || isRoot[next.ID]
-			if next.Parent == "" {
-				break
-			}
+		an, err := txn.ReadAncestry(a.ID, read)
+		if err != nil {
+			return err
 		}
-		if !below {
+		if !slices.ContainsFunc(an, func(a *ledger.Account) bool { return isRoot[a.ID] }) {
 			continue // an ancestor of a root, selected for the chains
-		}
-		if last := an[len(an)-1]; last.Parent != "" {
-			return fmt.Errorf("%w: ancestry of %s: %s's parent %s is missing", ErrCorrupt, a.ID, last.ID, last.Parent)
 		}
 		ev, err := ledger.EvidenceOf(an.Chain())
 		if err != nil {

@@ -135,15 +135,15 @@ func TestFundsPayloads(t *testing.T) {
 			t.Errorf("parseFunds(%q) = %v, %v; want %v, %v", c.payload, ids, all, c.ids, c.all)
 		}
 	}
-	x := &txn{accounts: map[core.AccountID]*cachedAccount{}}
+	var funds []core.AccountID
 	for i := range 1000 {
-		x.funds = append(x.funds, core.AccountID(strings.Repeat("a", 20)+string(rune('a'+i%26))+string(rune('a'+i/26%26))))
+		funds = append(funds, core.AccountID(strings.Repeat("a", 20)+string(rune('a'+i%26))+string(rune('a'+i/26%26))))
 	}
-	if p := x.fundsPayload(); p != fundsEverything {
+	if p := fundsPayload(funds); p != fundsEverything {
 		t.Fatalf("a payload over %d bytes was %d bytes, not %q", maxFundsPayload, len(p), fundsEverything)
 	}
-	x.funds = x.funds[:3]
-	if p, want := x.fundsPayload(), string(x.funds[0]+" "+x.funds[1]+" "+x.funds[2]); p != want {
+	funds = funds[:3]
+	if p, want := fundsPayload(funds), string(funds[0]+" "+funds[1]+" "+funds[2]); p != want {
 		t.Fatalf("payload %q, want %q", p, want)
 	}
 }

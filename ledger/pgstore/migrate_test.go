@@ -169,7 +169,8 @@ func TestSchema1IsUpgraded(t *testing.T) {
 		len(keys) != 1 || keys[0] != want {
 		t.Fatalf("keys after the upgrade: %+v, %v", keys, err)
 	}
-	boot := ledger.AdminToken{ID: ledger.BootstrapAdminTokenID, Name: ledger.BootstrapAdminTokenID, Digest: [32]byte(bytes.Repeat([]byte{10}, 32))}
+	boot := ledger.AdminToken{ID: ledger.BootstrapAdminTokenID, Name: ledger.BootstrapAdminTokenID, Digest: [32]byte(bytes.Repeat([]byte{10}, 32)),
+		Role: ledger.RoleAdmin}
 	if tokens, err := s.AdminTokens(t.Context()); err != nil || len(tokens) != 1 || tokens[0] != boot {
 		t.Fatalf("admin tokens after the upgrade: %+v, %v", tokens, err)
 	}
@@ -180,6 +181,54 @@ func TestSchema1IsUpgraded(t *testing.T) {
 	if err := conn.QueryRow(t.Context(), `SELECT collation_name FROM information_schema.columns
 		WHERE table_schema = current_schema() AND table_name = 'accounts' AND column_name = 'id'`).Scan(&collation); err != nil || collation != "C" {
 		t.Fatalf("account ids are collated %q (%v), want C", collation, err)
+	}
+	sound(t, s)
+}
+
+// TestSchema4AdminTokensBecomeAdmins: admin tokens a schema-4 database
+// holds (no role: each could do everything) are admins after the upgrade,
+// the bootstrap token included, and a token added afterwards keeps its
+// role; the database refuses a role that is none of ledger.AdminRoles.
+func TestSchema4AdminTokensBecomeAdmins(t *testing.T) {
+	url := emptyDatabase(t)
+	ms, err := migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.New(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = migrateTo(t.Context(), pool, ms[:4])
+	pool.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := connect(t, url)
+	if _, err := conn.Exec(t.Context(), `INSERT INTO admin_tokens (id, name, digest, created_at, revoked) VALUES
+		('bootstrap', 'bootstrap', '\x`+strings.Repeat("01", 32)+`', 0, false),
+		('atk_ops', 'ops', '\x`+strings.Repeat("02", 32)+`', 7, true)`); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(t.Context(), url, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	viewer := ledger.AdminToken{ID: "atk_view", Name: "grafana", Digest: [32]byte{3}, CreatedAt: 8, Role: ledger.RoleViewer}
+	if err := s.AddAdminToken(t.Context(), viewer); err != nil {
+		t.Fatal(err)
+	}
+	want := []ledger.AdminToken{
+		{ID: "atk_ops", Name: "ops", Digest: [32]byte(bytes.Repeat([]byte{2}, 32)), CreatedAt: 7, Revoked: true, Role: ledger.RoleAdmin},
+		viewer,
+		{ID: ledger.BootstrapAdminTokenID, Name: ledger.BootstrapAdminTokenID, Digest: [32]byte(bytes.Repeat([]byte{1}, 32)), Role: ledger.RoleAdmin},
+	}
+	if got, err := s.AdminTokens(t.Context()); err != nil || len(got) != len(want) || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+		t.Fatalf("admin tokens after the upgrade: %+v, %v\nwant %+v", got, err, want)
+	}
+	if _, err := conn.Exec(t.Context(), `UPDATE admin_tokens SET role = 'root' WHERE id = 'atk_view'`); err == nil {
+		t.Fatal("the database took the role root")
 	}
 	sound(t, s)
 }

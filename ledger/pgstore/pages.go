@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"strconv"
 
@@ -41,24 +40,15 @@ const (
 			SELECT id FROM accounts WHERE parent = $3 AND id > $1 ORDER BY id LIMIT $2) AS w`
 )
 
-// ListAccounts implements ledger.Store. A page that the filter leaves
-// short of its limit ends the listing only if its window reached the last
+// AccountPage implements txn.Queries. A page that the filter leaves short
+// of its limit ends the listing only if its window reached the last
 // account; otherwise its cursor is the window's last id.
-func (s *Store) ListAccounts(ctx context.Context, f ledger.AccountFilter, p ledger.Page) (out []ledger.Account, next string, err error) {
-	if err := p.Check(); err != nil {
-		return nil, "", err
-	}
-	if p.After != "" && core.AccountID(p.After).Validate() != nil {
-		return nil, "", fmt.Errorf("%w: cursor %q", ledger.ErrInvalid, p.After)
-	}
-	if f.Parent != "" && f.Parent.Validate() != nil {
-		return nil, "", fmt.Errorf("%w: account %q", ledger.ErrNotFound, f.Parent)
-	}
-	limit := min(p.Limit, ledger.MaxPageScan)
-	err = s.view(ctx, func(tx pgx.Tx) error {
+func (b *backend) AccountPage(ctx context.Context, f ledger.AccountFilter, after string, limit int) (out []ledger.Account, next string, err error) {
+	limit = min(limit, ledger.MaxPageScan)
+	err = b.view(ctx, func(tx pgx.Tx) error {
 		query, window := listAccountsSQL, accountWindowSQL
-		args := []any{p.After, ledger.MaxPageScan, f.ByStatus, int16(f.Status), limit + 1}
-		windowArgs := []any{p.After, ledger.MaxPageScan}
+		args := []any{after, ledger.MaxPageScan, f.ByStatus, int16(f.Status), limit + 1}
+		windowArgs := []any{after, ledger.MaxPageScan}
 		if f.Parent != "" {
 			if _, err := readAccount(ctx, tx, f.Parent); err != nil {
 				return err
@@ -98,23 +88,19 @@ func (s *Store) ListAccounts(ctx context.Context, f ledger.AccountFilter, p ledg
 	return out, next, nil
 }
 
-// ListLeases implements ledger.Store. Active leases are read through the
+// LeasePage implements txn.Queries. Active leases are read through the
 // partial index of active leases (ended ones pile up), every lease through
 // the primary key.
-func (s *Store) ListLeases(ctx context.Context, active bool, p ledger.Page) ([]ledger.Lease, string, error) {
-	if err := p.Check(); err != nil {
-		return nil, "", err
-	}
-	after, err := ledger.SeqCursor(p.After)
-	if err != nil || after >= math.MaxInt64 {
-		return nil, "", err // no stored id follows the largest a bigint holds
+func (b *backend) LeasePage(ctx context.Context, active bool, after uint64, limit int) ([]ledger.Lease, string, error) {
+	if after >= math.MaxInt64 {
+		return nil, "", nil // no stored id follows the largest a bigint holds
 	}
 	query := "SELECT " + leaseColumns + " FROM leases WHERE id > $1 ORDER BY id LIMIT $2"
 	if active {
 		query = "SELECT " + leaseColumns + " FROM leases WHERE state = 1 AND id > $1 ORDER BY id LIMIT $2"
 	}
-	limit := min(p.Limit, ledger.MaxPageScan)
-	rows, err := s.pool.Query(ctx, query, int64(after), limit+1)
+	limit = min(limit, ledger.MaxPageScan)
+	rows, err := b.pool.Query(ctx, query, int64(after), limit+1)
 	if err != nil {
 		return nil, "", err
 	}
@@ -128,21 +114,10 @@ func (s *Store) ListLeases(ctx context.Context, active bool, p ledger.Page) ([]l
 	return pageOf(leases, limit, func(l ledger.Lease) string { return strconv.FormatUint(l.ID, 10) })
 }
 
-// ListUsage implements ledger.Store: newest first, so the cursor is the
-// sequence number of the last (oldest) event listed, and the next page
-// starts below it.
-func (s *Store) ListUsage(ctx context.Context, id core.AccountID, p ledger.Page) (out []ledger.Usage, next string, err error) {
-	if err := p.Check(); err != nil {
-		return nil, "", err
-	}
-	before, err := ledger.SeqCursor(p.After)
-	if err != nil {
-		return nil, "", err
-	}
-	if id.Validate() != nil {
-		return nil, "", fmt.Errorf("%w: account %q", ledger.ErrNotFound, id)
-	}
-	limit := min(p.Limit, ledger.MaxPageScan)
+// UsagePage implements txn.Queries: newest first, so the cursor is the
+// sequence number of the last (oldest) event listed.
+func (b *backend) UsagePage(ctx context.Context, id core.AccountID, before uint64, limit int) (out []ledger.Usage, next string, err error) {
+	limit = int(min(int64(limit), b.history))
 	query := "SELECT seq, " + usageColumns + " FROM usage WHERE account = $1 ORDER BY seq DESC LIMIT $2"
 	args := []any{string(id), limit + 1}
 	if before != 0 {
@@ -154,7 +129,7 @@ func (s *Store) ListUsage(ctx context.Context, id core.AccountID, p ledger.Page)
 		u   ledger.Usage
 	}
 	var events []numbered
-	err = s.view(ctx, func(tx pgx.Tx) error {
+	err = b.view(ctx, func(tx pgx.Tx) error {
 		if _, err := readAccount(ctx, tx, id); err != nil {
 			return err
 		}

@@ -284,10 +284,10 @@ func TestTextRefusesWhatPostgreSQLCannotHold(t *testing.T) {
 		if err := s.AddKey(t.Context(), ledger.Key{ID: "k", Account: "org", Name: id}); !errors.Is(err, ledger.ErrInvalid) {
 			t.Errorf("key name %q: %v", id, err)
 		}
-		if err := s.AddAdminToken(t.Context(), ledger.AdminToken{ID: id}); !errors.Is(err, ledger.ErrInvalid) {
+		if err := s.AddAdminToken(t.Context(), ledger.AdminToken{ID: id, Role: ledger.RoleAdmin}); !errors.Is(err, ledger.ErrInvalid) {
 			t.Errorf("admin token id %q: %v", id, err)
 		}
-		if err := s.AddAdminToken(t.Context(), ledger.AdminToken{ID: "atk", Name: id}); !errors.Is(err, ledger.ErrInvalid) {
+		if err := s.AddAdminToken(t.Context(), ledger.AdminToken{ID: "atk", Name: id, Role: ledger.RoleAdmin}); !errors.Is(err, ledger.ErrInvalid) {
 			t.Errorf("admin token name %q: %v", id, err)
 		}
 		if _, _, err := s.Acquire(t.Context(), "org", id, 1, 0, hour, t0); !errors.Is(err, ledger.ErrInvalid) {

@@ -3,13 +3,14 @@
 // passing the same conformance suite (ledgertest).
 //
 // Every method is one transaction, so a call that returns an error (a
-// *ledger.Refusal from Acquire included) has changed nothing. The money
-// moves only through the rules in package ledger: a mutation reads the rows
-// it touches with row locks, applies a rule to them in Go, and writes back
-// what changed (txn.go), so this backend and boltstore agree by
-// construction. Row-level CHECK constraints (migrations/) back the rules up
-// in the database, and the reconciliation query (reconcile.sql, also run by
-// Check) ties the rows together.
+// *ledger.Refusal from Acquire included) has changed nothing. The
+// transaction scripts are package ledger/txn's and the money rules package
+// ledger's, as boltstore's are, so the two agree by construction: a
+// mutation locks the rows it touches, the rules change them in Go, and
+// this package writes back what changed, set-wise (tx.go). Row-level CHECK
+// constraints (migrations/) back the rules up in the database, and the
+// reconciliation query (reconcile.sql, also run by Check) ties the rows
+// together.
 //
 // Concurrency. Transactions run at READ COMMITTED and lock what they change,
 // always in one global order, so that no two transactions wait for each
@@ -39,7 +40,8 @@
 // whatever the database's locale.
 //
 // Fleet. Configuration changes are appended to a change log in the
-// transaction that makes them and announced with NOTIFY (changes.go).
+// transaction that makes them and announced with NOTIFY (changes.go), and
+// so are the accounts whose funds moved (funds.go).
 package pgstore
 
 import (
@@ -55,6 +57,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgated/tollgated/ledger"
+	"github.com/tollgated/tollgated/ledger/txn"
 )
 
 // DefaultUsageHistory is how many accepted usage events UsageOf can return
@@ -76,15 +79,23 @@ type Options struct {
 	MaxConns int32
 }
 
-// Store is a ledger.Store on a PostgreSQL database.
+// Store is a ledger.Store on a PostgreSQL database: the scripts of package
+// ledger/txn over this package's rows, and what a fleet follows.
 type Store struct {
-	pool      *pgxpool.Pool
-	connCfg   *pgx.ConnConfig // for the change listener's own connection
-	history   int64
-	closeOnce sync.Once
+	*txn.Store
+	pool *pgxpool.Pool
+	b    *backend
 }
 
 var _ ledger.Store = (*Store)(nil)
+
+// backend is the database as the scripts use it (txn.Backend).
+type backend struct {
+	pool      *pgxpool.Pool
+	connCfg   *pgx.ConnConfig // for the listeners' and the claim's own connections
+	history   int64
+	closeOnce sync.Once
+}
 
 // Open connects to the database at url (a postgres:// URL or a key=value
 // connection string) and brings its schema up to date (migrate.go). A
@@ -115,43 +126,40 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
-	return &Store{pool: pool, connCfg: cfg.ConnConfig, history: int64(opts.UsageHistory)}, nil
+	b := &backend{pool: pool, connCfg: cfg.ConnConfig, history: int64(opts.UsageHistory)}
+	return &Store{Store: txn.New(b), pool: pool, b: b}, nil
 }
 
 // Close closes the pool, waiting for connections in use. It is safe to
 // call more than once.
-func (s *Store) Close() error {
-	s.closeOnce.Do(s.pool.Close)
+func (b *backend) Close() error {
+	b.closeOnce.Do(b.pool.Close)
 	return nil
 }
 
-// update runs fn and then the write-back of what it changed in one READ
-// COMMITTED transaction, retrying a transaction PostgreSQL aborted for a
-// deadlock or a serialization failure. fn must set its results afresh on
-// every run.
-func (s *Store) update(ctx context.Context, fn func(x *txn) error) error {
-	return s.retry(ctx, func() error {
-		tx, err := s.pool.Begin(ctx)
-		if err != nil {
-			return err
-		}
-		defer tx.Rollback(context.WithoutCancel(ctx))
-		x := newTxn(ctx, tx)
+// Update implements txn.Backend: fn and then the write-back of what it
+// changed run in one READ COMMITTED transaction.
+func (b *backend) Update(ctx context.Context, fn func(txn.Tx) error) error {
+	return b.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		x := &pgTx{ctx: ctx, tx: tx, history: b.history}
 		if err := fn(x); err != nil {
 			return err
 		}
-		if err := x.flush(); err != nil {
-			return err
-		}
-		return tx.Commit(ctx)
+		return x.flush()
 	})
 }
 
 // view runs fn in one read-only REPEATABLE READ transaction: every
 // statement of fn sees the same snapshot.
-func (s *Store) view(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	return s.retry(ctx, func() error {
-		tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+func (b *backend) view(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return b.inTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, fn)
+}
+
+// inTx runs fn in one transaction, committed if fn succeeds, and retried
+// when PostgreSQL aborts it for a deadlock or a serialization failure.
+func (b *backend) inTx(ctx context.Context, opts pgx.TxOptions, fn func(pgx.Tx) error) error {
+	return b.retry(ctx, func() error {
+		tx, err := b.pool.BeginTx(ctx, opts)
 		if err != nil {
 			return err
 		}
@@ -166,7 +174,7 @@ func (s *Store) view(ctx context.Context, fn func(tx pgx.Tx) error) error {
 // retry runs attempt until it succeeds, fails for a reason a retry cannot
 // cure, or maxAttempts ran; between attempts it backs off with jitter, so
 // that the transactions that collided do not collide again.
-func (s *Store) retry(ctx context.Context, attempt func() error) error {
+func (b *backend) retry(ctx context.Context, attempt func() error) error {
 	for n := 1; ; n++ {
 		if err := ctx.Err(); err != nil {
 			return err
