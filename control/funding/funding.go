@@ -513,7 +513,8 @@ func (m *Machine) Evidence(id core.AccountID, ev core.FundingEvidence, readAt, n
 	// back-off on each would turn every refresh into a ledger call per
 	// exhausted account.
 	news := !a.hasEv || ev.Remaining > a.ev.Remaining || ev.Scope != a.ev.Scope ||
-		ev.PeriodEnd != a.ev.PeriodEnd || ev.Period != a.ev.Period
+		ev.PeriodEnd != a.ev.PeriodEnd || ev.Period != a.ev.Period ||
+		ev.ResetAt != a.ev.ResetAt || ev.Next > a.ev.Next
 	local := ev.Remaining
 	if !news {
 		// No more money: it can only tell of less. This node's own view
