@@ -312,3 +312,73 @@ func TestRecoveryRestoresForfeitedLeasesFromAWholeSpool(t *testing.T) {
 		}
 	}
 }
+
+// TestRecoveryDoesNotBillACommitAgainWhoseBillTheSpoolLostAfterExport: a
+// commit entry stays in the spool until the commit's bill is released, so
+// its bill can be exported and then lost with the disk (a tail cut after
+// export, or a record quarantined as a hole) while the entry survives.
+// Recovery must not take the entry for an open commit and bill its quote
+// on top of the bill the ledger already has; a commit journaled after the
+// last lost record the ledger billed is still open and billed at its quote.
+func TestRecoveryDoesNotBillACommitAgainWhoseBillTheSpoolLostAfterExport(t *testing.T) {
+	commit := func(sp *memSpool, l ledger.Lease, id byte, quote core.CostUnits) {
+		sp.Append(record.Append(nil, &record.Record{Kind: record.Commit,
+			Usage: record.Event{ID: [16]byte{id}, Account: l.Account, Source: record.SourceLease, LeaseID: l.ID, Token: l.Token, Units: quote}}))
+	}
+	settle := func(t *testing.T, store ledger.Store, l ledger.Lease, to uint64, units core.CostUnits) {
+		t.Helper()
+		if _, err := store.Settle(context.Background(), ledger.Settlement{Node: l.Holder, From: 0, To: to,
+			Leases: []ledger.LeaseUsage{{Account: l.Account, LeaseID: l.ID, Token: l.Token, Units: units}}}, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		damage  func(sp *memSpool, store ledger.Store, l ledger.Lease)
+		settled core.CostUnits
+		open    core.CostUnits // billed at its quote
+	}{
+		{name: "tail lost after export", damage: func(sp *memSpool, store ledger.Store, l ledger.Lease) {
+			commit(sp, l, 1, 40)
+			spoolUsage(sp, leaseEvent(l, 1, 3)) // the commit's bill
+			settle(t, store, l, 2, 3)
+			sp.records = sp.records[:1] // the bill is gone; the entry, never released, is not
+		}, settled: 3},
+		{name: "bill quarantined after export", damage: func(sp *memSpool, store ledger.Store, l ledger.Lease) {
+			commit(sp, l, 1, 40)
+			sp.Append(record.Append(nil, &record.Record{Kind: record.Hole})) // was the commit's bill
+			settle(t, store, l, 2, 3)
+			commit(sp, l, 2, 20)                // open: its end never came
+			spoolUsage(sp, leaseEvent(l, 3, 5)) // not billed yet
+		}, settled: 3 + 5 + 20, open: 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sp, store, l := exporterFixture(t)
+			ctx := context.Background()
+			tc.damage(sp, store, l)
+			sp.reopen()
+			r, err := RecoverWith(ctx, store, sp, NewExporter(sp, store, l.Holder, 16), RecoverOptions{Holder: l.Holder, Now: 2, SpoolCut: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, err := store.Account(ctx, "acme")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a.Settled != tc.settled || r.OpenUnits != tc.open || r.Unresolved != 1 || r.UnresolvedUnits != 40 || r.Leases != 1 || a.Loss != 0 {
+				t.Fatalf("settled %d (want %d), recovery %+v, account %+v", a.Settled, tc.settled, r, a)
+			}
+			// A second start on the same spool bills nothing more.
+			sp.reopen()
+			if _, err := RecoverWith(ctx, store, sp, NewExporter(sp, store, l.Holder, 16), RecoverOptions{Holder: l.Holder, Now: 3}); err != nil {
+				t.Fatal(err)
+			}
+			if b, _ := store.Account(ctx, "acme"); b.Settled != a.Settled || b.Balance() != a.Balance() {
+				t.Fatalf("a second start: account %+v, was %+v", b, a)
+			}
+			if err := store.Check(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

@@ -27,8 +27,15 @@ type Recovery struct {
 	Replayed    int            // records in the spool not yet released
 	OpenCommits int            // commit entries no usage record closed: billed at their quote
 	OpenUnits   core.CostUnits // what those bills came to
-	Leases      int            // this node's active leases released
-	Returned    core.CostUnits // units those releases credited back
+	// Unresolved and UnresolvedUnits: commit entries no surviving record
+	// closed, journaled before a record the ledger had billed and the
+	// spool lost (a hole at or below the export mark). That record may
+	// have been the commit's own bill, so the quote is not billed again
+	// (see unresolvedBefore); the lease's remainder is released as usual.
+	Unresolved      int
+	UnresolvedUnits core.CostUnits
+	Leases          int            // this node's active leases released
+	Returned        core.CostUnits // units those releases credited back
 	// Restored and RestoredUnits: leases of this node forfeited while it
 	// was away (past their expiry and grace) that its spool, whole,
 	// accounts for: released, their unspent units back from loss.
@@ -102,7 +109,9 @@ func Recover(ctx context.Context, store ledger.Store, sp RecoverSpool, ex *Expor
 //  3. every commit entry no usage record closed — work that started and
 //     whose end this node never saw — is billed at its quote, through a
 //     usage record spooled and made durable first, so a crash during
-//     recovery repeats nothing;
+//     recovery repeats nothing — unless it was journaled before a record
+//     the ledger billed and the spool lost, which may have been its bill
+//     (unresolvedBefore);
 //  4. every lease the ledger says this node (Holder) still holds is
 //     released with exactly what it has not been billed: Granted − Used;
 //     one forfeited while the node was away is restored the same way
@@ -122,9 +131,10 @@ func RecoverWith(ctx context.Context, store ledger.Store, sp RecoverSpool, ex *E
 		return r, err
 	}
 	r.Mark = mark
-	open := make(map[[16]byte]record.Record) // by event id: a commit and its bill share it
+	open := make(map[[16]byte]openCommit) // by event id: a commit and its bill share it
 	var order [][16]byte
 	holes := 0
+	var billedLost uint64 // the last record the ledger billed that the spool lost (0: none)
 	err = sp.Replay(func(seq uint64, payload []byte) error {
 		r.Replayed++
 		rec, err := record.Decode(payload)
@@ -138,11 +148,14 @@ func RecoverWith(ctx context.Context, store ledger.Store, sp RecoverSpool, ex *E
 				order = append(order, id)
 			}
 			rec.Kind = record.Usage // what it becomes if nothing closes it
-			open[id] = rec
+			open[id] = openCommit{rec: rec, seq: seq}
 		case record.Usage:
 			delete(open, id)
 		case record.Hole:
 			holes++
+			if seq <= mark {
+				billedLost = seq
+			}
 		}
 		return nil
 	})
@@ -152,10 +165,14 @@ func RecoverWith(ctx context.Context, store ledger.Store, sp RecoverSpool, ex *E
 	if r.Holes, err = fillToMark(sp, ex.node, mark); err != nil {
 		return r, fmt.Errorf("numbering the spool on to the export mark: %w", err)
 	}
+	if r.Holes > 0 {
+		billedLost = mark
+	}
 	if err := ex.Export(ctx); err != nil {
 		r.ExportFailed = true
 		return r, fmt.Errorf("billing the spool: %w", err)
 	}
+	unresolvedBefore(open, order, billedLost, &r)
 	if err := billOpenCommits(ctx, sp, ex, open, order, o.Now, &r); err != nil {
 		return r, err
 	}
@@ -163,15 +180,44 @@ func RecoverWith(ctx context.Context, store ledger.Store, sp RecoverSpool, ex *E
 	return r, settleLeases(ctx, store, o, whole, &r)
 }
 
+// openCommit is a commit entry no replayed record closed, and where the
+// spool journaled it.
+type openCommit struct {
+	rec record.Record // Kind Usage: the bill at its quote
+	seq uint64
+}
+
+// unresolvedBefore drops from open the commits journaled before billedLost,
+// a record the ledger billed and the spool no longer holds (0: none). A
+// commit's bill is spooled after its entry, so that record may have been
+// it: billed already, and billing the quote as well would bill the work
+// twice. Which of them it closed, if any, the spool cannot say, and the
+// ledger settles totals without keeping event ids; a commit whose bill
+// was lost with the disk is left unbilled, as lost usage records are
+// (docs/RUNBOOK.md). Commits journaled after it cannot have been closed
+// by a billed record the spool lost, and are billed at their quote.
+func unresolvedBefore(open map[[16]byte]openCommit, order [][16]byte, billedLost uint64, r *Recovery) {
+	for _, id := range order {
+		c, ok := open[id]
+		if !ok || c.seq >= billedLost {
+			continue
+		}
+		delete(open, id)
+		r.Unresolved++
+		r.UnresolvedUnits += c.rec.Usage.Units
+	}
+}
+
 // billOpenCommits bills, at their quote, the commit entries no usage
 // record closed, in the order they were journaled.
-func billOpenCommits(ctx context.Context, sp RecoverSpool, ex *Exporter, open map[[16]byte]record.Record, order [][16]byte, now int64, r *Recovery) error {
+func billOpenCommits(ctx context.Context, sp RecoverSpool, ex *Exporter, open map[[16]byte]openCommit, order [][16]byte, now int64, r *Recovery) error {
 	var buf []byte
 	for _, id := range order {
-		rec, ok := open[id]
+		c, ok := open[id]
 		if !ok {
 			continue
 		}
+		rec := c.rec
 		rec.Usage.OccurredAt = now // it lapsed here: the node never saw it end
 		buf = record.Append(buf[:0], &rec)
 		if _, err := sp.Append(buf); err != nil {

@@ -165,7 +165,8 @@ func TestADrainedAccountSpendsItsLastUnits(t *testing.T) {
 		}
 		acct := p.adminCall("GET", "/v1/accounts/drain", nil, http.StatusOK)
 		if avail := fundsOf(acct)["can_spend"]; avail >= 5 {
-			t.Fatalf("round %d: %v units can be spent after the 402: %v", round, avail, acct)
+			t.Fatalf("round %d: %v units can be spent after the 402 (drain %v, then %d five-unit checks admitted, refused %s remaining %d): %v",
+				round, avail, drained, admitted, last.code, last.remaining, acct)
 		}
 		t.Logf("round %d: drain %v; then %d five-unit checks admitted, refused 402 %s (remaining %d) in %v",
 			round, drained, admitted, last.code, last.remaining, last.took.Round(time.Microsecond))

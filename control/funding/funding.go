@@ -511,8 +511,11 @@ func (m *Machine) Evidence(id core.AccountID, ev core.FundingEvidence, readAt, n
 	// refused account's next call succeed: a fleet republishes evidence
 	// whenever anyone under the same org settles, and resetting the
 	// back-off on each would turn every refresh into a ledger call per
-	// exhausted account.
-	news := !a.hasEv || ev.Remaining > a.ev.Remaining || ev.Scope != a.ev.Scope ||
+	// exhausted account. More money is more than the ledger said last,
+	// or more than this node knows is left: the ledger's Remaining counts
+	// this node's unexported spending and falls as the exporter catches
+	// up, so a deposit may arrive as a Remaining below the last one.
+	news := !a.hasEv || ev.Remaining > a.ev.Remaining || ev.Remaining > m.local(a) || ev.Scope != a.ev.Scope ||
 		ev.PeriodEnd != a.ev.PeriodEnd || ev.Period != a.ev.Period ||
 		ev.ResetAt != a.ev.ResetAt || ev.Next > a.ev.Next
 	local := ev.Remaining
@@ -810,7 +813,8 @@ func (m *Machine) serve(a *account, now int64) {
 // serveDry serves the shards that want funding while the ledger has no
 // more for this node: what the node holds is all there is. Shards whose
 // need the pool covers are granted; of the others, the one with the
-// smallest need is the target: the other shards' slices are asked back
+// smallest need is the target (see betterTarget: a real need first, and
+// one the node's units cover first): the other shards' slices are asked back
 // (gathered) for it while the pool and those slices cover its need, and
 // nothing goes to the rest meanwhile — partial slices would keep each of
 // them short. If nothing the node holds can cover it, the pool goes to it
@@ -829,7 +833,7 @@ func (m *Machine) serveDry(a *account, l *lease, now int64) {
 			m.grant(a, l, i, units, size, now)
 			continue
 		}
-		if target < 0 || sl.needed < a.shards[target].needed {
+		if target < 0 || betterTarget(a, l, i, target) {
 			target = i
 		}
 		need = max(need, sl.needed)
@@ -860,6 +864,31 @@ func (m *Machine) serveDry(a *account, l *lease, now int64) {
 	}
 	m.ensureCall(a, now)
 	m.cannotFund(a, need, now)
+}
+
+// betterTarget reports whether shard i is a better target for serveDry's
+// gather than shard than. A real need comes before a shard only at low
+// water (need 0: no request waits there, and its slice may hold the very
+// units a waiting request needs); then a need the node's units cover once
+// gathered (the pool and the other shards' slices) before one they cannot;
+// then the smaller need. Needs are net of the shard's own slice, so the
+// smallest need alone may name a shard nothing can fund while another
+// could be.
+func betterTarget(a *account, l *lease, i, than int) bool {
+	ni, nt := a.shards[i].needed, a.shards[than].needed
+	if (ni == 0) != (nt == 0) {
+		return nt == 0
+	}
+	if gi, gt := gatherable(l, i, ni), gatherable(l, than, nt); gi != gt {
+		return gi
+	}
+	return ni < nt
+}
+
+// gatherable reports whether the pool and the slices of l other shards
+// than i hold need (at least one unit).
+func gatherable(l *lease, i int, need core.CostUnits) bool {
+	return l.pool+l.out-l.outBy[i] >= max(need, 1)
 }
 
 // cannotFund follows a serve that left shards needing more than this node

@@ -146,6 +146,43 @@ func TestTheLastUnitsAreGatheredForTheShardThatNeedsThem(t *testing.T) {
 	}
 }
 
+// TestAShardAtLowWaterIsNoGatherTarget: the ledger has no more, and the
+// last unit sits in shard 2's slice while shards 0 and 1 wait for one unit
+// each. Shard 2, at low water, asks for more with no request waiting
+// there (need 0): it must not become the gather's target — that would end
+// the waits of shards 0 and 1 with the unit they need still in shard 2's
+// slice. Shard 2's slice is asked back, and the unit funds a waiting shard.
+func TestAShardAtLowWaterIsNoGatherTarget(t *testing.T) {
+	f := newFixture(t, Config{})
+	f.lease(3, 3, true) // the ledger's last 3 units: one per shard
+	f.m.Refill(1, "acme", 0, 0, f.now)
+	f.m.Refill(2, "acme", 0, 0, f.now)
+	if o := f.out.take(); len(o.grants) != 2 {
+		t.Fatalf("slices of the last units: %+v, want one each for shards 1 and 2", o.grants)
+	}
+	f.m.Settle(0, f.m.Drawn("acme", 1), 1, f.now)
+	f.m.Settle(1, f.m.Drawn("acme", 1), 1, f.now)
+	// Shard 2 at low water: the node asks the ledger, which has no more.
+	f.m.Refill(2, "acme", 0, 1, f.now)
+	c := f.call(f.out.take(), CallExtend)
+	f.m.Done(Result{ID: c.ID, Lease: Grant{ID: 1, Token: 1, Granted: 3, ExpiresAt: f.now + 60e9},
+		Evidence: core.FundingEvidence{Remaining: 3}, HasEvidence: true}, f.now)
+	f.out.take()
+	// Shards 0 and 1 wait for a unit each; shard 2 asks again.
+	f.m.Refill(0, "acme", 1, 1, f.now)
+	f.m.Refill(1, "acme", 1, 1, f.now)
+	f.m.Refill(2, "acme", 0, 1, f.now)
+	o := f.out.take()
+	if !slices.Contains(o.sends, sent{2, message.InReclaimLease}) {
+		t.Fatalf("sends %+v: want shard 2's slice asked back for the waiting shards", o.sends)
+	}
+	f.m.Return(2, "acme", 1, 1, f.now) // shard 2's answer
+	o = f.out.take()
+	if len(o.grants) != 1 || o.grants[0].shard == 2 || o.grants[0].units != 1 {
+		t.Fatalf("after shard 2 returned the last unit: grants %+v, want it granted to shard 0 or 1", o.grants)
+	}
+}
+
 // TestAQuoteTheEvidenceRulesOutIsNoNeed: a shard's word on its need lags
 // until its next grant; a need above the evidence is no need. Here the
 // node holds all that is left (40): shard 1's need of 1210, already
@@ -272,6 +309,30 @@ func TestEvidenceReadBeforeTheMachinesIsIgnored(t *testing.T) {
 	f.m.Evidence("acme", core.FundingEvidence{Remaining: 3}, t0+1, f.now)
 	if o := f.out.take(); len(o.published) != 1 || o.published[0].Remaining != 3 {
 		t.Fatalf("fresh evidence: %+v", o.published)
+	}
+}
+
+// TestADepositAfterTheExportCaughtUpIsNews: the ledger's Remaining counts
+// what this node spent but has not exported yet, so it falls when the
+// exporter catches up. A deposit smaller than that fall still shows a
+// Remaining lower than the last one, yet above what this node knows is
+// left: it is news, published as the ledger says — not ignored while every
+// request is refused 402 on the node's own estimate of nothing.
+func TestADepositAfterTheExportCaughtUpIsNews(t *testing.T) {
+	f := newFixture(t, Config{})
+	o := f.lease(100, 600, true) // the ledger's last units
+	g := o.grants[0].units
+	f.m.Settle(0, f.m.Drawn("acme", 1), g, f.now) // spent, not yet exported
+	f.out.take()
+	if g < 2 {
+		t.Fatalf("a slice of %d units", g)
+	}
+	// The exporter billed what was spent, then 1 unit was deposited: the
+	// ledger now says 600 - g + 1.
+	f.m.Evidence("acme", core.FundingEvidence{Remaining: 600 - g + 1}, t0+1, f.now)
+	o = f.out.take()
+	if len(o.published) != 1 || o.published[0].Remaining != 600-g+1 {
+		t.Fatalf("after a deposit, published %+v: want the ledger's %d", o.published, 600-g+1)
 	}
 }
 
