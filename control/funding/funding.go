@@ -55,8 +55,9 @@ type Config struct {
 	SliceFast, SliceSlow int64          // 250 ms and 2 s
 
 	// Retry is how long after a refusal or a failed call the machine waits
-	// before asking the ledger again on its own (1 s). New funding (a
-	// deposit, a budget) asks at once.
+	// before asking the ledger again on its own (1 s), doubling while they
+	// go on (up to 30 s). New funding (a deposit, a budget) asks at once,
+	// and so does the ledger answering again after a failed call.
 	Retry int64
 	// Reclaim bounds how often the slices of one lease are asked back
 	// from the shards to fund a starving one (10 ms).
@@ -247,6 +248,10 @@ type Machine struct {
 	// outage is forfeited meanwhile, and its release, which restores it,
 	// should not wait half a minute more. Bounded by the accounts.
 	unreleased []*account
+	// failing are accounts whose acquire or extend failed and waits for
+	// its back-off (account.failing): the ledger's first answer asks for
+	// them at once too. Bounded by the accounts.
+	failing []*account
 	// recalling are retired leases whose slices are not all back, by the
 	// order they were retired in (retired counts retirements): see Recalled.
 	recalling map[*lease]uint64
@@ -283,9 +288,12 @@ type account struct {
 	// verified: the ledger answered a call of this node's since the
 	// evidence it holds came from elsewhere (Evidence): that evidence is
 	// as exact as this node can know it.
-	verified  bool
-	retryAt   int64
-	backoff   int64          // nothingMore's current wait
+	verified bool
+	retryAt  int64
+	backoff  int64 // nothingMore's and failedCall's current wait
+	// failing: its last acquire or extend did not complete (Failed); it
+	// is in Machine.failing until the ledger answers again.
+	failing   bool
 	lastDraw  int64          // last refill asked or usage settled
 	spent     core.CostUnits // usage settled against its leases, ever
 	markSpent core.CostUnits // spent at markAt
@@ -500,7 +508,7 @@ func (m *Machine) Settle(from int, d Draw, units core.CostUnits, now int64) {
 // deposit and ended after it) and is ignored — published, it would refuse
 // 402 a request the deposit pays for.
 func (m *Machine) Evidence(id core.AccountID, ev core.FundingEvidence, readAt, now int64) {
-	if len(m.unreleased) > 0 {
+	if len(m.unreleased) > 0 || len(m.failing) > 0 {
 		m.ledgerBack(now) // the ledger answered the refresh
 	}
 	a := m.accounts[id]
@@ -1301,8 +1309,13 @@ func (m *Machine) Done(r Result, now int64) {
 		m.out.Call(next.call)
 	}
 	a := p.acct
-	if r.Outcome != Failed && len(m.unreleased) > 0 {
-		m.ledgerBack(now)
+	if r.Outcome != Failed {
+		if p.call.Kind != CallRelease {
+			a.failing = false // this answer is its own: no need to wake it
+		}
+		if len(m.unreleased) > 0 || len(m.failing) > 0 {
+			m.ledgerBack(now)
+		}
 	}
 	if r.HasEvidence {
 		ev := r.Evidence
@@ -1381,7 +1394,8 @@ func (m *Machine) released(a *account, l *lease, r Result, now int64) {
 }
 
 // ledgerBack releases at once the leases whose release failed and waits
-// for its back-off: the ledger answers again.
+// for its back-off, and lets the accounts whose acquire or extend failed
+// ask again now: the ledger answers again.
 func (m *Machine) ledgerBack(now int64) {
 	accounts := m.unreleased
 	m.unreleased = nil
@@ -1391,6 +1405,15 @@ func (m *Machine) ledgerBack(now int64) {
 				l.retryAt, l.backoff = 0, 0
 				m.quiesced(a, l)
 			}
+		}
+	}
+	accounts = m.failing
+	m.failing = nil
+	for _, a := range accounts {
+		if a.failing {
+			a.failing = false
+			m.unblock(a, now)
+			m.arm(a, now)
 		}
 	}
 }
@@ -1418,6 +1441,7 @@ func (m *Machine) acquired(a *account, c Call, r Result, now int64) {
 		return
 	}
 	m.stats.Acquired++
+	a.backoff = 0
 	g := r.Lease.Granted
 	// Granted less than asked: the account is near exhaustion. Slice it
 	// fairly, and ask for more only when a shard starves, not at low water
@@ -1462,8 +1486,7 @@ func (m *Machine) extended(a *account, l *lease, c Call, r Result, now int64) {
 		return
 	case OK:
 	default:
-		m.stats.Errors++
-		a.retryAt = now + m.cfg.Retry
+		m.failedCall(a, r, now)
 		return
 	}
 	m.stats.Extended++
@@ -1517,11 +1540,27 @@ func (m *Machine) nothingMore(a *account, now int64) {
 // the ledger are found within it.
 const maxBackoff = int64(30e9)
 
+// failedCall follows an acquire or extend that did not complete, or that
+// the ledger did not accept: the machine asks again after Retry, doubling
+// while it keeps failing, up to maxBackoff — the shards' retries of a
+// client's requests would otherwise cost a ledger call per Retry for as
+// long as the ledger is out of reach. A call that did not complete is asked
+// again at once when the ledger answers anything (ledgerBack), so the
+// back-off does not outlast an outage.
+func (m *Machine) failedCall(a *account, r Result, now int64) {
+	m.stats.Errors++
+	a.backoff = min(max(2*a.backoff, m.cfg.Retry), maxBackoff)
+	a.retryAt = now + a.backoff
+	if r.Outcome == Failed && !a.failing {
+		a.failing = true
+		m.failing = append(m.failing, a)
+	}
+}
+
 // refused handles a refused or failed acquire.
 func (m *Machine) refused(a *account, r Result, now int64) {
 	if r.Outcome != Refused && r.Outcome != RefusedInactive {
-		m.stats.Errors++
-		a.retryAt = now + m.cfg.Retry
+		m.failedCall(a, r, now)
 		return
 	}
 	m.stats.Refused++

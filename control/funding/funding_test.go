@@ -362,3 +362,41 @@ func TestAFailingReleaseBacksOff(t *testing.T) {
 		t.Fatalf("retries after %s ns: want 1 s, 2 s, 4 s", gaps)
 	}
 }
+
+// TestAFailingAcquireBacksOffUntilTheLedgerAnswers: while the ledger is
+// out of reach, a shard whose clients keep asking for funding costs an
+// acquire after Retry, then twice as long, and so on — a minute's outage
+// costs a few calls, not one a second — and the ledger's first answer to
+// anything asks again at once, so the back-off does not outlast the
+// outage.
+func TestAFailingAcquireBacksOffUntilTheLedgerAnswers(t *testing.T) {
+	f := newFixture(t, Config{Retry: 1e9})
+	f.m.Install("beta", core.ScopeOrg, nil, true, f.now)
+	var at []int64
+	for end := f.now + 20e9; f.now < end; f.now += 100e6 {
+		f.m.Refill(0, "acme", 5, 0, f.now) // a client's request waits
+		f.m.Tick(f.now)
+		for _, c := range f.out.take().calls {
+			at = append(at, f.now)
+			f.m.Done(Result{ID: c.ID, Outcome: Failed, Detail: "unreachable"}, f.now)
+		}
+	}
+	if len(at) < 4 || at[1]-at[0] < 1e9 || at[2]-at[1] < 2e9 || at[3]-at[2] < 4e9 {
+		t.Fatalf("%d acquires in 20 s, at %v: want them after 1 s, 2 s, 4 s", len(at), at)
+	}
+	f.out.take()
+	// The ledger answers another account's call: acme asks again now.
+	f.m.Refill(0, "beta", 5, 0, f.now)
+	c := f.call(f.out.take(), CallAcquire)
+	f.m.Done(Result{ID: c.ID, Lease: Grant{ID: 2, Token: 2, Granted: c.Want, ExpiresAt: f.now + 60e9},
+		Evidence: core.FundingEvidence{Remaining: 1000}, HasEvidence: true}, f.now)
+	var acme []Call
+	for _, c := range f.out.take().calls {
+		if c.Account == "acme" {
+			acme = append(acme, c)
+		}
+	}
+	if len(acme) != 1 || acme[0].Kind != CallAcquire {
+		t.Fatalf("after the ledger answered: acme's calls %+v, want one acquire at once", acme)
+	}
+}
