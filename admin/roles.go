@@ -99,6 +99,9 @@ type forbiddenRecord struct {
 	Method     string `json:"method"`
 	Permission string `json:"permission"`
 	Role       string `json:"role"`
+	// Unrecorded is how many refusals of the same token before this one
+	// were paced out of the audit log (refusals.go).
+	Unrecorded uint64 `json:"unrecorded,omitempty"`
 }
 
 // require refuses r unless its token has perm: 403 forbidden naming the
@@ -111,7 +114,9 @@ func (s *Server) require(r *http.Request, perm string) error {
 		return nil
 	}
 	s.metrics.forbidden.WithLabelValues(perm).Inc()
-	s.recordRefusal(r, forbiddenRecord{Method: methodLabel(r.Method), Permission: perm, Role: c.role})
+	if record, dropped := s.refusals.admit(c.id, s.now()); record {
+		s.recordRefusal(r, forbiddenRecord{Method: methodLabel(r.Method), Permission: perm, Role: c.role, Unrecorded: dropped})
+	}
 	e := problemf(codeForbidden, "the admin token %s has the role %s, which lacks the permission %s", c.id, c.role, perm)
 	e.permission = perm
 	return e
@@ -143,7 +148,7 @@ func (s *Server) recordRefusal(r *http.Request, what forbiddenRecord) {
 	after, err := json.Marshal(what)
 	if err == nil {
 		rec := ledger.AuditRecord{At: s.now(), Actor: actorOf(r.Context()), Action: actionForbidden,
-			Target: r.URL.EscapedPath(), After: after}
+			Target: auditedPath(r.URL.EscapedPath()), After: after}
 		_, err = s.store.Audit(context.WithoutCancel(r.Context()), rec)
 	}
 	if err != nil {

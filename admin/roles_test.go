@@ -90,6 +90,7 @@ func TestRolesAllowWhatTheyNameAndNothingElse(t *testing.T) {
 			h.createAccount(`{"id":"other"}`)
 			secret, id := h.tokenWithRole(role)
 			for _, c := range roleCases {
+				h.now.Add(refusalEvery) // one refusal a second: each is recorded
 				before := len(h.auditLog())
 				status, hdr, b := h.callAs("Bearer "+secret, c.method, c.path, c.body)
 				what := role + ": " + c.method + " " + c.path + " " + c.body
@@ -126,6 +127,41 @@ func TestRolesAllowWhatTheyNameAndNothingElse(t *testing.T) {
 				t.Errorf("tollgated_admin_forbidden_total %v", got)
 			}
 		})
+	}
+}
+
+// TestRefusalsAreAuditedAtAPace: a token refused again and again — a
+// scraper's metrics token pointed at the API, or a client probing — does
+// not grow the audit log without bound: a burst is recorded, then one
+// refusal a second, each saying how many before it went unrecorded; every
+// refusal is counted all the same, and a long path is recorded cut.
+func TestRefusalsAreAuditedAtAPace(t *testing.T) {
+	h := newHarness(t)
+	h.createAccount(`{"id":"acme"}`)
+	secret, _ := h.tokenWithRole(ledger.RoleMetrics)
+	before := len(h.auditLog())
+	long := "/v1/accounts/" + strings.Repeat("a", 6000)
+	for range 50 {
+		if status, _, b := h.callAs("Bearer "+secret, "GET", long, ""); status != http.StatusForbidden {
+			t.Fatalf("refused %d %s", status, b)
+		}
+	}
+	log := h.auditLog()[before:]
+	if len(log) != refusalBurst {
+		t.Fatalf("%d refusals recorded of 50 at one instant, want the burst of %d", len(log), refusalBurst)
+	}
+	if n := len(log[0].Target); n > maxAuditedPath+len("…") {
+		t.Fatalf("a %d-byte path recorded as %d bytes", len(long), n)
+	}
+	h.now.Add(refusalEvery)
+	h.callAs("Bearer "+secret, "GET", "/v1/accounts/acme", "")
+	log = h.auditLog()[before:]
+	var after forbiddenRecord
+	if len(log) != refusalBurst+1 || json.Unmarshal(log[len(log)-1].After, &after) != nil || after.Unrecorded != 50-refusalBurst {
+		t.Fatalf("a second later: %d records, the last %s: want it to say %d went unrecorded", len(log), log[len(log)-1].After, 50-refusalBurst)
+	}
+	if got := h.metricSum("tollgated_admin_forbidden_total"); got != 51 {
+		t.Fatalf("tollgated_admin_forbidden_total %v, want every refusal counted", got)
 	}
 }
 

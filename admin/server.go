@@ -133,6 +133,7 @@ type Server struct {
 	// before KeepHistory. histMu guards it.
 	histMu      sync.Mutex
 	stopHistory func()
+	refusals    refusalPacer // which refused requests the audit log records
 
 	// mu serialises changes. The ledger makes each change atomic, but an
 	// audit record's before is read just ahead of the change: holding mu
