@@ -84,7 +84,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stderr, "tollgatectl: %v\n", p)
 		return 1
 	case errors.As(err, &u), isCobraUsage(err):
-		fmt.Fprintf(stderr, "tollgatectl: %v\n(see tollgatectl %s --help)\n", err, strings.Join(commandPath(root, args), " "))
+		fmt.Fprintf(stderr, "tollgatectl: %v\n(see %s --help)\n", err, strings.Join(append([]string{"tollgatectl"}, commandPath(root, args)...), " "))
 		return 2
 	default:
 		fmt.Fprintf(stderr, "tollgatectl: %v\n", err)

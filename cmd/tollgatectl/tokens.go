@@ -15,7 +15,7 @@ var adminTokenColumns = []column{{"ID", "id"}, {"NAME", "name"}, {"ROLE", "role"
 func (a *app) tokenCommands(path, what string, cols []column, createBody func() any, createFlags func(*cobra.Command)) []*cobra.Command {
 	create := &cobra.Command{
 		Use:   "create",
-		Short: "Create a " + what + "; it is printed this once",
+		Short: "Create " + article(what) + " " + what + "; it is printed this once",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			raw, err := a.c.do(cmd.Context(), http.MethodPost, path, nil, createBody())
@@ -103,4 +103,12 @@ func (a *app) whoamiCommand() *cobra.Command {
 			return a.printOne(raw, []column{{"id", "id"}, {"name", "name"}, {"role", "role"}, {"permissions", "permissions"}})
 		},
 	}
+}
+
+// article is "an" before a vowel sound, else "a".
+func article(noun string) string {
+	if noun != "" && strings.ContainsRune("aeiou", rune(noun[0])) {
+		return "an"
+	}
+	return "a"
 }
