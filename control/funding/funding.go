@@ -780,7 +780,7 @@ func (m *Machine) serve(a *account, now int64) {
 				for i := range a.shards {
 					if sl := &a.shards[i]; sl.wants {
 						m.stuck = append(m.stuck, i)
-						need = max(need, m.realNeed(a, sl))
+						need = max(need, m.realNeed(a, i))
 					}
 				}
 				m.cannotFund(a, need, now)
@@ -800,7 +800,7 @@ func (m *Machine) serve(a *account, now int64) {
 		if !sl.wants {
 			continue
 		}
-		sl.needed = m.realNeed(a, sl)
+		sl.needed = m.realNeed(a, i)
 		size := m.nextSize(sl, now)
 		units := m.sliceOf(a, l, sl, size)
 		if units == 0 || units < sl.needed {
@@ -835,7 +835,7 @@ func (m *Machine) serveDry(a *account, l *lease, now int64) {
 		if !sl.wants {
 			continue
 		}
-		sl.needed = m.realNeed(a, sl)
+		sl.needed = m.realNeed(a, i)
 		size := m.nextSize(sl, now)
 		if units := m.sliceOf(a, l, sl, size); units > 0 && units >= sl.needed {
 			m.grant(a, l, i, units, size, now)
@@ -967,15 +967,27 @@ func (m *Machine) Returned(id core.AccountID, now int64) {
 	}
 }
 
-// realNeed is sl's need as the evidence allows it: a need the evidence
-// rules out is no need — the request behind it was refused 402 when the
-// evidence was lowered, and the shard's word on its need lags until its
-// next grant.
-func (m *Machine) realNeed(a *account, sl *slice) core.CostUnits {
-	if a.hasEv && sl.needed > a.published {
-		return a.published
+// realNeed is shard i's need as the evidence allows it. The shard's word
+// on its need is the largest quote it refused since its last grant, net of
+// what its slice holds, and it lags until that grant: the request behind
+// it may have been refused 402 since the evidence was lowered, while a
+// smaller one waits. No quote the account can pay needs more than the
+// evidence leaves beyond what the shard's slice of the current lease
+// already holds, so a larger need is cut to that (a waiting request keeps
+// a need of at least one unit). Left uncut, a need of units that do not
+// exist would make the units that do — the pool and the other shards'
+// slices — look too few to gather for it, and the request they pay for
+// would wait for funding that never comes.
+func (m *Machine) realNeed(a *account, i int) core.CostUnits {
+	sl := &a.shards[i]
+	if !a.hasEv || sl.needed == 0 {
+		return sl.needed
 	}
-	return sl.needed
+	var held core.CostUnits
+	if l := a.cur; l != nil {
+		held = l.outBy[i]
+	}
+	return min(sl.needed, max(a.published-min(a.published, held), 1))
 }
 
 // grant sends shard i a slice of units of l (of size, for its next size).

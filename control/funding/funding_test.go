@@ -199,6 +199,36 @@ func TestAQuoteTheEvidenceRulesOutIsNoNeed(t *testing.T) {
 	}
 }
 
+// TestANeedIsNetOfTheUnitsTheShardHolds: the account's last 2 units are
+// sliced one each to shards 0 and 1. Shard 1 refused a 3-unit quote (402
+// since: only 2 are left) and a 2-unit one now waits there; its word on
+// its need lags until its next grant: 3, less the unit it holds. No
+// payable quote there needs more than the unit beyond its own slice, so
+// shard 0's unit is gathered for it — left at 2, the need would look out
+// of reach of everything the node holds, and the 2-unit request, which
+// the account can pay, would wait until its deadline and be answered 503.
+func TestANeedIsNetOfTheUnitsTheShardHolds(t *testing.T) {
+	f := newFixture(t, Config{})
+	o := f.lease(2, 2, true) // the ledger's last 2 units
+	if len(o.grants) != 1 || o.grants[0].shard != 0 || o.grants[0].units != 1 {
+		t.Fatalf("shard 0's slice: %+v, want 1 unit", o.grants)
+	}
+	f.m.Refill(1, "acme", 0, 0, f.now)
+	if o = f.out.take(); len(o.grants) != 1 || o.grants[0].shard != 1 || o.grants[0].units != 1 {
+		t.Fatalf("shard 1's slice: %+v, want 1 unit", o.grants)
+	}
+	f.m.Refill(1, "acme", 3-1, 1, f.now)
+	o = f.out.take()
+	if !slices.Contains(o.sends, sent{0, message.InReclaimLease}) || len(o.grants) != 0 {
+		t.Fatalf("sends %+v, grants %+v: want shard 0's slice asked back for shard 1", o.sends, o.grants)
+	}
+	f.m.Return(0, "acme", 1, 1, f.now) // shard 0's answer
+	o = f.out.take()
+	if len(o.grants) != 1 || o.grants[0].shard != 1 || o.grants[0].units != 1 {
+		t.Fatalf("after shard 0 returned its unit: grants %+v, want it granted to shard 1", o.grants)
+	}
+}
+
 // TestSpendingNearExhaustionLowersTheEvidence: with a short lease, every
 // unit spent lowers what the shards read (the ledger counts it only once
 // it is exported), so a request it no longer covers is refused 402 at
