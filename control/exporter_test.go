@@ -337,13 +337,17 @@ func TestRecoveryDoesNotBillACommitAgainWhoseBillTheSpoolLostAfterExport(t *test
 		damage  func(sp *memSpool, store ledger.Store, l ledger.Lease)
 		settled core.CostUnits
 		open    core.CostUnits // billed at its quote
+		// cut: the spool dropped the damage at open, and the lease's
+		// remainder stays in loss (TestRecoveryCreditsNothingBackFromACutSpool);
+		// a quarantined record leaves a hole and cuts nothing.
+		cut bool
 	}{
 		{name: "tail lost after export", damage: func(sp *memSpool, store ledger.Store, l ledger.Lease) {
 			commit(sp, l, 1, 40)
 			spoolUsage(sp, leaseEvent(l, 1, 3)) // the commit's bill
 			settle(t, store, l, 2, 3)
 			sp.records = sp.records[:1] // the bill is gone; the entry, never released, is not
-		}, settled: 3},
+		}, settled: 3, cut: true},
 		{name: "bill quarantined after export", damage: func(sp *memSpool, store ledger.Store, l ledger.Lease) {
 			commit(sp, l, 1, 40)
 			sp.Append(record.Append(nil, &record.Record{Kind: record.Hole})) // was the commit's bill
@@ -357,7 +361,7 @@ func TestRecoveryDoesNotBillACommitAgainWhoseBillTheSpoolLostAfterExport(t *test
 			ctx := context.Background()
 			tc.damage(sp, store, l)
 			sp.reopen()
-			r, err := RecoverWith(ctx, store, sp, NewExporter(sp, store, l.Holder, 16), RecoverOptions{Holder: l.Holder, Now: 2, SpoolCut: true})
+			r, err := RecoverWith(ctx, store, sp, NewExporter(sp, store, l.Holder, 16), RecoverOptions{Holder: l.Holder, Now: 2, SpoolCut: tc.cut})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -365,7 +369,11 @@ func TestRecoveryDoesNotBillACommitAgainWhoseBillTheSpoolLostAfterExport(t *test
 			if err != nil {
 				t.Fatal(err)
 			}
-			if a.Settled != tc.settled || r.OpenUnits != tc.open || r.Unresolved != 1 || r.UnresolvedUnits != 40 || r.Leases != 1 || a.Loss != 0 {
+			var loss core.CostUnits // a cut spool's lease: its remainder
+			if tc.cut {
+				loss = l.Granted - tc.settled
+			}
+			if a.Settled != tc.settled || r.OpenUnits != tc.open || r.Unresolved != 1 || r.UnresolvedUnits != 40 || r.Leases+r.Withheld != 1 || a.Loss != loss {
 				t.Fatalf("settled %d (want %d), recovery %+v, account %+v", a.Settled, tc.settled, r, a)
 			}
 			// A second start on the same spool bills nothing more.
@@ -380,5 +388,52 @@ func TestRecoveryDoesNotBillACommitAgainWhoseBillTheSpoolLostAfterExport(t *test
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestRecoveryCreditsNothingBackFromACutSpool: a damaged disk cut the
+// spool's tail after its records were durable — acknowledged — and before
+// the exporter billed them. Recovery cannot tell what they spent of the
+// lease (a torn write and a damaged disk look alike), so it releases the
+// lease with nothing returned: the remainder stays in loss, and what the
+// account can spend never exceeds its deposit less the usage its clients
+// were told was billed. The same lease from a spool that opened whole is
+// released with exactly its remainder.
+func TestRecoveryCreditsNothingBackFromACutSpool(t *testing.T) {
+	for _, cut := range []bool{false, true} {
+		sp, store, l := exporterFixture(t)
+		ctx := context.Background()
+		spoolUsage(sp, leaseEvent(l, 1, 10))
+		if err := NewExporter(sp, store, l.Holder, 16).Export(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if cut {
+			spoolUsage(sp, leaseEvent(l, 2, 30)) // acknowledged, then cut
+			sp.records = sp.records[:1]
+		}
+		acknowledged := core.CostUnits(10 + 30)
+		sp.reopen()
+		r, err := RecoverWith(ctx, store, sp, NewExporter(sp, store, l.Holder, 16), RecoverOptions{Holder: l.Holder, Now: 2, SpoolCut: cut})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := store.Account(ctx, "acme")
+		if err != nil {
+			t.Fatal(err)
+		}
+		spendable, err := ledger.Spendable(&a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case cut && (r.Withheld != 1 || r.WithheldUnits != 190 || r.Leases != 0 || r.Returned != 0 || a.Settled != 10 || a.Loss != 190 ||
+			spendable+acknowledged > 1000):
+			t.Fatalf("cut spool: recovery %+v, account %+v, spendable %d: acknowledged usage credited back", r, a, spendable)
+		case !cut && (r.Leases != 1 || r.Returned != 190 || r.Withheld != 0 || a.Loss != 0 || spendable != 990):
+			t.Fatalf("whole spool: recovery %+v, account %+v, spendable %d", r, a, spendable)
+		}
+		if err := store.Check(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

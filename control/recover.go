@@ -36,6 +36,13 @@ type Recovery struct {
 	UnresolvedUnits core.CostUnits
 	Leases          int            // this node's active leases released
 	Returned        core.CostUnits // units those releases credited back
+	// Withheld and WithheldUnits: active leases released with nothing
+	// returned, because the spool was cut at open (Options.SpoolCut): the
+	// records cut may have been durable and acknowledged (a damaged disk),
+	// and what they spent of a lease's remainder no one can tell, so the
+	// remainder stays in loss rather than be credited back.
+	Withheld      int
+	WithheldUnits core.CostUnits
 	// Restored and RestoredUnits: leases of this node forfeited while it
 	// was away (past their expiry and grace) that its spool, whole,
 	// accounts for: released, their unspent units back from loss.
@@ -61,9 +68,11 @@ type RecoverOptions struct {
 	Holder string
 	Now    int64
 	// SpoolCut says the spool dropped a damaged or torn tail when it
-	// opened: it may not hold every record its node acknowledged, so
-	// forfeited leases are not restored from it (active ones are released
-	// as always: a crash's torn write held nothing acknowledged).
+	// opened: it may not hold every record its node acknowledged (a torn
+	// write held none, a damaged disk may have lost some, and the spool
+	// cannot tell them apart), so no lease's remainder is credited back
+	// from it: forfeited leases are not restored, active ones are released
+	// with nothing returned.
 	SpoolCut bool
 }
 
@@ -115,7 +124,9 @@ func Recover(ctx context.Context, store ledger.Store, sp RecoverSpool, ex *Expor
 //  4. every lease the ledger says this node (Holder) still holds is
 //     released with exactly what it has not been billed: Granted − Used;
 //     one forfeited while the node was away is restored the same way
-//     (the units come back from loss), unless the spool was cut.
+//     (the units come back from loss). A spool cut at open may have lost
+//     acknowledged records that spent part of those remainders, so then
+//     nothing is returned: they stay in loss, never credited back.
 //
 // Leases of a node that never returns are forfeited after expiry + grace
 // by the ledger's maintenance (the seed's rule); this is the case where
@@ -241,7 +252,9 @@ func billOpenCommits(ctx context.Context, sp RecoverSpool, ex *Exporter, open ma
 
 // settleLeases releases the node's active leases and, when its spool is
 // whole, restores its forfeited ones, each with Granted − Used: the spool
-// has been billed, so that is exactly what the node did not spend.
+// has been billed, so that is exactly what the node did not spend. From a
+// spool cut at open an active lease is released with nothing returned:
+// Granted − Used may hold what acknowledged records the cut took spent.
 func settleLeases(ctx context.Context, store ledger.Store, o RecoverOptions, whole bool, r *Recovery) error {
 	var leases []ledger.Lease
 	for _, holder := range []string{o.Holder, ""} {
@@ -254,11 +267,13 @@ func settleLeases(ctx context.Context, store ledger.Store, o RecoverOptions, who
 	for _, l := range leases {
 		unspent := l.Granted - min(l.Used, l.Granted)
 		forfeited := l.State == ledger.LeaseReclaimed
-		if forfeited && !whole {
-			// The forfeit stands for good: released with nothing
-			// returned, so that a later start on a spool that opens whole
-			// cannot restore what the records cut this time may have
-			// spent. Its remainder stays loss; late usage still settles it.
+		withheld := !forfeited && o.SpoolCut
+		if forfeited && !whole || withheld {
+			// Released with nothing returned: the records cut may have
+			// spent the remainder. A forfeit stands for good, so that a
+			// later start on a spool that opens whole cannot restore what
+			// they spent. The remainder stays loss; late usage still
+			// settles it.
 			unspent = 0
 		}
 		err := store.Release(ctx, l.ID, l.Token, unspent, o.Now)
@@ -266,6 +281,9 @@ func settleLeases(ctx context.Context, store ledger.Store, o RecoverOptions, who
 		case err == nil && forfeited && !whole:
 			r.Forfeited++
 			r.ForfeitedUnits += l.Granted - min(l.Used, l.Granted)
+		case err == nil && withheld:
+			r.Withheld++
+			r.WithheldUnits += l.Granted - min(l.Used, l.Granted)
 		case err == nil && forfeited:
 			r.Restored++
 			r.RestoredUnits += unspent

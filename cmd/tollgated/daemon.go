@@ -316,6 +316,10 @@ func (d *daemon) recover(ctx context.Context, holder string) (control.Recovery, 
 		d.log.Warn().Str("node", holder).Int("leases", r.Forfeited).Uint64("units", uint64(r.ForfeitedUnits)).
 			Msg("leases of this node were forfeited while it was away, and its spool was cut at start: they stay forfeited for good (their units stay in loss), since the cut records may have spent them (docs/RUNBOOK.md)")
 	}
+	if r.Withheld > 0 {
+		d.log.Warn().Str("node", holder).Int("leases", r.Withheld).Uint64("units", uint64(r.WithheldUnits)).
+			Msg("the leases this node held were released with nothing returned, since its spool was cut at start: their remainder stays in loss, as the cut records may have spent it (docs/RUNBOOK.md)")
+	}
 	if r.Unresolved > 0 {
 		d.log.Warn().Str("node", holder).Int("commits", r.Unresolved).Uint64("units", uint64(r.UnresolvedUnits)).
 			Msg("commits journaled before usage records the ledger had billed and the spool lost were not billed at their quote: a lost record may have been their bill (docs/RUNBOOK.md)")

@@ -565,6 +565,8 @@ func (w *World) crash(n *node) {
 //     in an outage before it crashed) stays forfeited, for good: the cut
 //     records may have spent it (docs/RUNBOOK.md, the spool cut at start;
 //     docs/FLEET.md, loss keeps what no surviving spool accounts for);
+//   - a lease it still holds is released with nothing returned: the cut
+//     records may have been acknowledged and have spent it;
 //   - a lease it released with usage not yet billed (the gap is
 //     provisional loss that its late usage turns into settled) keeps as
 //     loss what the cut records would have billed.
@@ -578,13 +580,10 @@ func (w *World) noteCutLoss(holder string, lost map[uint64]core.CostUnits) {
 			continue
 		}
 		gap := l.Granted - l.Used - l.Credited
-		switch l.State {
-		case ledger.LeaseReclaimed:
-		case ledger.LeaseReleased:
+		if l.State == ledger.LeaseReleased {
 			gap = min(gap, lost[l.ID])
-		default:
-			continue // active: its holder releases it whole
-		}
+		} // forfeited or active: recovery from a cut spool returns none of it
+
 		if gap > w.lostToCut[l.ID].units {
 			w.lostToCut[l.ID] = cutLoss{root: w.byID[l.Account].root, units: gap}
 		}
