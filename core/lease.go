@@ -20,6 +20,13 @@ type leaseFunds struct {
 	token uint64    // fencing token; 0 = no lease
 	units CostUnits // spendable
 	held  uint32    // reservations it funds that have not settled
+	// owed: the control plane asked these units back (Reclaim) while
+	// reservations held some of them; what those leave when they settle
+	// goes back too, unasked (returnDue), until none is held or a grant
+	// comes. A gather that found the last units of an account reserved
+	// would otherwise never see them again once a reservation released
+	// them, and a request they could pay elsewhere would wait in vain.
+	owed bool
 }
 
 // LeaseSlot is one shard's slice of an account's funding. The shard spends it
@@ -82,7 +89,7 @@ func (s *LeaseSlot) Grant(token uint64, units CostUnits, usableUntil int64, lowW
 	if err != nil {
 		return err
 	}
-	s.cur.token, s.cur.units = token, cur
+	s.cur.token, s.cur.units, s.cur.owed = token, cur, false
 	s.granted = granted
 	s.usableUntil, s.lowWater = usableUntil, lowWater
 	s.largestRefused, s.wantRefill = 0, false
@@ -148,7 +155,7 @@ func (s *LeaseSlot) settle(token uint64, quote, billed CostUnits) bool {
 	f.units = mustAdd(f.units, quote-billed)
 	s.heldUnits = mustSub(s.heldUnits, quote)
 	s.billed = mustAdd(s.billed, billed)
-	if f != &s.cur && f.held == 0 {
+	if f != &s.cur && f.held == 0 || f.owed && quote > billed {
 		s.returnDue = true
 		return true
 	}
@@ -184,6 +191,7 @@ func (s *LeaseSlot) Retire(token uint64) LeaseReturn {
 		return LeaseReturn{}
 	}
 	r := s.TakeUnspent()
+	s.cur.owed = false // retiring returns everything once it funds nothing
 	if i := s.freeRetiring(); i >= 0 {
 		s.retiring[i] = s.cur
 		s.cur = leaseFunds{}
@@ -202,14 +210,22 @@ func (s *LeaseSlot) Extend(token uint64, usableUntil int64) {
 	}
 }
 
-// ReturnDue reports whether a retiring lease has stopped funding anything
-// since the last TakeRetired.
+// ReturnDue reports whether a retiring lease has stopped funding anything,
+// or a settlement left units of an owed current lease, since the last
+// TakeRetired.
 func (s *LeaseSlot) ReturnDue() bool { return s.returnDue }
 
 // TakeRetired removes every retiring lease that funds nothing any more and
 // returns its unspent units; the control plane releases them to the ledger.
+// What an owed current lease holds (Reclaim) goes back with them.
 func (s *LeaseSlot) TakeRetired(dst []LeaseReturn) []LeaseReturn {
 	s.returnDue = false
+	if s.cur.owed {
+		if s.cur.units > 0 {
+			dst = append(dst, s.Reclaim())
+		}
+		s.cur.owed = s.cur.held > 0
+	}
 	for i := range s.retiring {
 		f := &s.retiring[i]
 		if f.token != 0 && f.held == 0 {
@@ -228,6 +244,15 @@ func (s *LeaseSlot) TakeUnspent() LeaseReturn {
 	r := LeaseReturn{Token: s.cur.token, Units: s.cur.units}
 	s.returned = mustAdd(s.returned, s.cur.units)
 	s.cur.units = 0
+	return r
+}
+
+// Reclaim is TakeUnspent for the control plane moving units between
+// shards: units that reservations hold now are owed too, and go back as
+// their reservations settle (ReturnDue, TakeRetired) until a grant comes.
+func (s *LeaseSlot) Reclaim() LeaseReturn {
+	r := s.TakeUnspent()
+	s.cur.owed = s.cur.held > 0
 	return r
 }
 

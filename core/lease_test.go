@@ -119,3 +119,47 @@ func TestExtendMovesOnlyTheCurrentLease(t *testing.T) {
 		t.Fatalf("after the extension: until %d, low water %d", s.usableUntil, s.lowWater)
 	}
 }
+
+// TestAReclaimedSliceReturnsWhatItsReservationsLeave: the control plane
+// asks a slice back (Reclaim) while a reservation holds part of it. The
+// unspent units go back at once; what the reservation leaves when it
+// settles is owed too and goes back unasked (ReturnDue), under the
+// current token. Once nothing is held, or a grant comes, nothing more is
+// owed: later settlements refund the slice as usual.
+func TestAReclaimedSliceReturnsWhatItsReservationsLeave(t *testing.T) {
+	f := newFixture(t, nil)
+	r1 := f.start(oneReq, t0)
+	r2 := f.start(oneReq, t0)
+	l, _ := f.e.Lease("acme")
+	quote := f.e.Quote(r1)
+	if got := l.Reclaim(); got != (LeaseReturn{Token: 1, Units: 1_000_000 - 2*quote}) {
+		t.Fatalf("reclaim returned %+v", got)
+	}
+	f.e.DrainRefills(nil)
+	f.e.Finish(r1, 2, t0)
+	reqs := f.e.DrainRefills(nil)
+	if len(reqs) != 1 || !reqs[0].ReturnDue {
+		t.Fatalf("a settlement of an owed slice asked nothing back: %+v", reqs)
+	}
+	if back := l.TakeRetired(nil); len(back) != 1 || back[0] != (LeaseReturn{Token: 1, Units: quote - 2}) {
+		t.Fatalf("owed return = %+v, want the %d units the reservation left", back, quote-2)
+	}
+	f.e.Finish(r2, quote, t0) // billed in full: nothing left to return
+	if reqs := f.e.DrainRefills(nil); len(reqs) != 0 {
+		t.Fatalf("a settlement that left nothing asked for a return: %+v", reqs)
+	}
+	if back := l.TakeRetired(nil); len(back) != 0 {
+		t.Fatalf("returned %+v with nothing held", back)
+	}
+	// A grant ends what is owed: the plane is funding this slice again.
+	must(t, f.e.GrantLease("acme", 1, 500, t0+3600e9, 0))
+	r3 := f.start(oneReq, t0)
+	l.Reclaim()
+	must(t, f.e.GrantLease("acme", 1, 500, t0+3600e9, 0))
+	f.e.DrainRefills(nil)
+	f.e.Finish(r3, 1, t0)
+	if reqs := f.e.DrainRefills(nil); len(reqs) != 0 || l.Units() != 500+quote-1 {
+		t.Fatalf("after a grant the slice returned a refund: %+v, units %d", reqs, l.Units())
+	}
+	f.conserved()
+}

@@ -205,7 +205,7 @@ func (s *Shard) reclaimLease(account core.AccountID, token uint64) {
 		return
 	}
 	if token == 0 || token == l.Token() {
-		ret := l.TakeUnspent()
+		ret := l.Reclaim()
 		s.returnUnits(account, ret.Token, ret.Units)
 	}
 	s.returnRetired(account)

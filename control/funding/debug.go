@@ -12,7 +12,7 @@ func (m *Machine) Debug(id string) string {
 	if a == nil {
 		return "no account"
 	}
-	s := fmt.Sprintf("active %v calling %v need %d retryAt %d lastDraw %d timerAt %d ev %+v hasEv %v evSpent %d spent %d published %d verified %v wantedAt %d recalledAt %d", a.active, a.calling, a.need, a.retryAt, a.lastDraw, a.timerAt, a.ev, a.hasEv, a.evSpent, a.spent, a.published, a.verified, a.wantedAt, a.recalledAt)
+	s := fmt.Sprintf("active %v calling %v need %d retryAt %d lastDraw %d timerAt %d ev %+v hasEv %v evSpent %d spent %d published %d verified %v wantedAt %d recalledAt %d reclaimAt %d still %v", a.active, a.calling, a.need, a.retryAt, a.lastDraw, a.timerAt, a.ev, a.hasEv, a.evSpent, a.spent, a.published, a.verified, a.wantedAt, a.recalledAt, a.reclaimAt, a.still)
 	if a.cur != nil {
 		s += fmt.Sprintf(" cur %+v", *a.cur)
 	}

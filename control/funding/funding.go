@@ -301,10 +301,10 @@ type account struct {
 	rate      core.CostUnits // units per second, measured between calls
 	reclaimAt int64
 	gatherAt  int64 // a gather held back by Reclaim is due then (0: none)
-	// gathered is what the shards returned since the last reclaim: a
-	// gather that brought nothing is not tried again for the same need.
-	gathered   core.CostUnits
-	reclaimOut core.CostUnits // the lease's out when it was asked
+	// still: nothing moved since the last reclaim — no shard returned
+	// units, none was granted any. A gather that brought nothing is not
+	// tried again until something moves.
+	still bool
 	// ev is the ledger's latest evidence, as of spent == evSpent;
 	// published is the Remaining the shards read now (lowered by
 	// publishLocal as this node spends).
@@ -427,7 +427,7 @@ func (m *Machine) Return(from int, id core.AccountID, token uint64, units core.C
 	l.out -= units
 	l.outBy[from] -= units
 	l.pool += units
-	a.gathered += units
+	a.still = false
 	if sl := &a.shards[from]; sl.wants && sl.needed > 0 {
 		sl.needed += units // its need was net of what it returned
 	}
@@ -435,6 +435,10 @@ func (m *Machine) Return(from int, id core.AccountID, token uint64, units core.C
 		m.quiesced(a, l)
 		return
 	}
+	// Units a shard's reservations released after a gather asked for them
+	// (core.LeaseSlot.Reclaim) may fund the shards that stopped waiting:
+	// they want again, with the need they had.
+	m.revive(a)
 	m.serve(a, now)
 }
 
@@ -854,8 +858,9 @@ func (m *Machine) serveDry(a *account, l *lease, now int64) {
 	}
 	// A gather whose answers are all in and brought nothing found the
 	// units in reservations, not in slices: it is not asked again until
-	// something moves (a return, a grant, a settlement).
-	fruitless := a.reclaimAt != 0 && now-a.reclaimAt >= m.cfg.Reclaim && a.gathered == 0 && l.out == a.reclaimOut
+	// something moves (a return or a grant). What those reservations
+	// release comes back unasked (core.LeaseSlot.Reclaim) as a return.
+	fruitless := a.reclaimAt != 0 && now-a.reclaimAt >= m.cfg.Reclaim && a.still
 	elsewhere := l.out - l.outBy[target]
 	if tn := max(a.shards[target].needed, 1); !fruitless && elsewhere > 0 && l.pool+elsewhere >= tn {
 		m.reclaimSlices(a, l, target, now)
@@ -1001,6 +1006,7 @@ func (m *Machine) grant(a *account, l *lease, i int, units, size core.CostUnits,
 	}
 	sl.seq++
 	sl.wants, sl.needed, sl.lastGrant, sl.size = false, 0, now, size
+	a.still = false
 	l.pool -= units
 	l.out += units
 	l.outBy[i] += units
@@ -1140,7 +1146,7 @@ func (m *Machine) reclaimSlices(a *account, l *lease, target int, now int64) {
 	}
 	// The answers are in well within Reclaim: look again then, whatever
 	// they brought (a shard with nothing to give answers nothing).
-	a.reclaimAt, a.gatherAt, a.gathered, a.reclaimOut = now, now+m.cfg.Reclaim, 0, l.out
+	a.reclaimAt, a.gatherAt, a.still = now, now+m.cfg.Reclaim, true
 	m.stats.Reclaims++
 	for i, out := range l.outBy {
 		if out > 0 && i != target {

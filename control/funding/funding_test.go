@@ -183,6 +183,96 @@ func TestAShardAtLowWaterIsNoGatherTarget(t *testing.T) {
 	}
 }
 
+// lastThree leases the ledger's last 3 units, a slice of one for each
+// shard, and spends shard 0's and shard 1's: the last unit is shard 2's.
+func (f *fixture) lastThree() {
+	f.t.Helper()
+	f.lease(3, 3, true)
+	f.m.Refill(1, "acme", 0, 0, f.now)
+	f.m.Refill(2, "acme", 0, 0, f.now)
+	if o := f.out.take(); len(o.grants) != 2 {
+		f.t.Fatalf("slices of the last units: %+v, want one each for shards 1 and 2", o.grants)
+	}
+	f.m.Settle(0, f.m.Drawn("acme", 1), 1, f.now)
+	f.m.Settle(1, f.m.Drawn("acme", 1), 1, f.now)
+	f.out.take()
+}
+
+// gathers lists the shards o asks to hand their slices back.
+func gathers(o outbox) []int {
+	var asked []int
+	for _, s := range o.sends {
+		if s.kind == message.InReclaimLease {
+			asked = append(asked, s.shard)
+		}
+	}
+	return asked
+}
+
+// TestAGatherThatFoundTheUnitsReservedFundsTheWaitWhenTheyComeBack: the
+// last unit sits in shard 2's slice, under a reservation the machine does
+// not see. Shard 1 waits for a unit; the gather brings nothing, so its wait
+// ends (the unit exists: no 402). When the reservation releases the unit,
+// shard 2 returns it unasked (core.LeaseSlot.Reclaim): shard 1 wants again
+// and is funded with it, instead of the unit sitting in the pool while
+// shard 1's requests answer 503.
+func TestAGatherThatFoundTheUnitsReservedFundsTheWaitWhenTheyComeBack(t *testing.T) {
+	f := newFixture(t, Config{})
+	f.lastThree()
+	f.m.Refill(1, "acme", 1, 1, f.now)
+	if asked := gathers(f.out.take()); !slices.Equal(asked, []int{2}) {
+		t.Fatalf("gathered from %v, want [2]", asked)
+	}
+	f.now += 20e6 // the gather's answers are in: nothing came back
+	f.m.Refill(1, "acme", 1, 1, f.now)
+	o := f.out.take()
+	if asked := gathers(o); len(asked) != 0 || len(o.grants) != 0 {
+		t.Fatalf("a fruitless gather asked again (%v) or granted %+v", asked, o.grants)
+	}
+	for _, c := range o.calls { // the ledger has no more
+		f.m.Done(Result{ID: c.ID, Lease: Grant{ID: 1, Token: 1, Granted: 3, ExpiresAt: f.now + 60e9},
+			Evidence: core.FundingEvidence{Remaining: 1}, HasEvidence: true}, f.now)
+	}
+	f.out.take()
+	f.m.Return(2, "acme", 1, 1, f.now) // the reservation released it
+	if o := f.out.take(); !slices.Equal(o.grants, []grant{{1, 1, 1}}) {
+		t.Fatalf("after shard 2 returned the last unit: grants %+v, want it granted to shard 1", o.grants)
+	}
+}
+
+// TestAGrantAfterAFruitlessGatherLetsTheNextOneGo: a gather that brought
+// nothing is not tried again until something moves; a grant is a move.
+// Here the gather for shard 1 finds the last unit reserved in shard 2,
+// which then spends it; the ledger finds one more unit, which goes to
+// shard 0 at low water. Shard 1's wait must gather it from shard 0 — the
+// lease holds as many units out as when the first gather went, but they
+// are not the same units.
+func TestAGrantAfterAFruitlessGatherLetsTheNextOneGo(t *testing.T) {
+	f := newFixture(t, Config{})
+	f.lastThree()
+	f.m.Refill(1, "acme", 1, 1, f.now)
+	if asked := gathers(f.out.take()); !slices.Equal(asked, []int{2}) {
+		t.Fatalf("gathered from %v, want [2]", asked)
+	}
+	f.m.Settle(2, f.m.Drawn("acme", 1), 1, f.now) // it was reserved: spent
+	f.now += 20e6
+	f.m.Refill(0, "acme", 0, 1, f.now) // shard 0 at low water: the node asks the ledger
+	c := f.call(f.out.take(), CallExtend)
+	f.m.Done(Result{ID: c.ID, Lease: Grant{ID: 1, Token: 1, Granted: 4, ExpiresAt: f.now + 60e9},
+		Evidence: core.FundingEvidence{Remaining: 1}, HasEvidence: true}, f.now)
+	o := f.out.take()
+	if !slices.Equal(o.grants, []grant{{0, 1, 1}}) {
+		t.Fatalf("grants %+v: want the ledger's last unit in shard 0's slice", o.grants)
+	}
+	if asked := gathers(o); !slices.Equal(asked, []int{0}) {
+		t.Fatalf("gathered from %v, want [0] for shard 1: the unit shard 0 was granted since the last gather", asked)
+	}
+	f.m.Return(0, "acme", 1, 1, f.now)
+	if o := f.out.take(); !slices.Equal(o.grants, []grant{{1, 1, 1}}) {
+		t.Fatalf("after shard 0 returned the unit: grants %+v, want it granted to shard 1", o.grants)
+	}
+}
+
 // TestAQuoteTheEvidenceRulesOutIsNoNeed: a shard's word on its need lags
 // until its next grant; a need above the evidence is no need. Here the
 // node holds all that is left (40): shard 1's need of 1210, already
