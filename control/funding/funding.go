@@ -303,8 +303,11 @@ type account struct {
 	gatherAt  int64 // a gather held back by Reclaim is due then (0: none)
 	// still: nothing moved since the last reclaim — no shard returned
 	// units, none was granted any. A gather that brought nothing is not
-	// tried again until something moves.
-	still bool
+	// tried again for the same target (gatheredFor) until something moves;
+	// for another target it asked the wrong slices (not the one the old
+	// target held).
+	still       bool
+	gatheredFor int
 	// ev is the ledger's latest evidence, as of spent == evSpent;
 	// published is the Remaining the shards read now (lowered by
 	// publishLocal as this node spends).
@@ -857,10 +860,10 @@ func (m *Machine) serveDry(a *account, l *lease, now int64) {
 		return
 	}
 	// A gather whose answers are all in and brought nothing found the
-	// units in reservations, not in slices: it is not asked again until
-	// something moves (a return or a grant). What those reservations
+	// units in reservations, not in slices: it is not asked again for the
+	// same target until something moves (a return or a grant). What those reservations
 	// release comes back unasked (core.LeaseSlot.Reclaim) as a return.
-	fruitless := a.reclaimAt != 0 && now-a.reclaimAt >= m.cfg.Reclaim && a.still
+	fruitless := a.reclaimAt != 0 && now-a.reclaimAt >= m.cfg.Reclaim && a.still && a.gatheredFor == target
 	elsewhere := l.out - l.outBy[target]
 	if tn := max(a.shards[target].needed, 1); !fruitless && elsewhere > 0 && l.pool+elsewhere >= tn {
 		m.reclaimSlices(a, l, target, now)
@@ -1146,7 +1149,7 @@ func (m *Machine) reclaimSlices(a *account, l *lease, target int, now int64) {
 	}
 	// The answers are in well within Reclaim: look again then, whatever
 	// they brought (a shard with nothing to give answers nothing).
-	a.reclaimAt, a.gatherAt, a.still = now, now+m.cfg.Reclaim, true
+	a.reclaimAt, a.gatherAt, a.still, a.gatheredFor = now, now+m.cfg.Reclaim, true, target
 	m.stats.Reclaims++
 	for i, out := range l.outBy {
 		if out > 0 && i != target {

@@ -273,6 +273,30 @@ func TestAGrantAfterAFruitlessGatherLetsTheNextOneGo(t *testing.T) {
 	}
 }
 
+// TestAFruitlessGatherForOneShardDoesNotPauseTheNext: a gather for
+// shard 1 asks shard 2, whose unit turns out reserved and is spent; it
+// never asked shard 1's own slice, which holds the last unit. When shard
+// 2 then waits for one unit, that slice is asked back for it: the pause
+// after a fruitless gather holds only for the target it was made for.
+func TestAFruitlessGatherForOneShardDoesNotPauseTheNext(t *testing.T) {
+	f := newFixture(t, Config{})
+	f.lease(3, 3, true)
+	f.m.Refill(1, "acme", 0, 0, f.now)
+	f.m.Refill(2, "acme", 0, 0, f.now)
+	f.out.take()
+	f.m.Settle(0, f.m.Drawn("acme", 1), 1, f.now)
+	f.m.Refill(1, "acme", 1, 1, f.now) // a 2-unit quote, one unit in its slice
+	if asked := gathers(f.out.take()); !slices.Equal(asked, []int{2}) {
+		t.Fatalf("gathered from %v for shard 1, want [2]", asked)
+	}
+	f.m.Settle(2, f.m.Drawn("acme", 1), 1, f.now) // it was reserved: spent
+	f.now += 20e6
+	f.m.Refill(2, "acme", 1, 1, f.now) // a 1-unit quote waits in shard 2
+	if asked := gathers(f.out.take()); !slices.Equal(asked, []int{1}) {
+		t.Fatalf("gathered from %v for shard 2, want [1]: the last unit is in shard 1's slice", asked)
+	}
+}
+
 // TestAQuoteTheEvidenceRulesOutIsNoNeed: a shard's word on its need lags
 // until its next grant; a need above the evidence is no need. Here the
 // node holds all that is left (40): shard 1's need of 1210, already
