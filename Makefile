@@ -2,6 +2,9 @@
 GO      ?= go
 PKGS    ?= ./...
 BIN     := bin
+# Test binaries are built with the invariants tag: a broken invariant
+# panics where it broke instead of being counted (package invariant).
+TAGS    ?= invariants
 
 .PHONY: all build run test test-short vet fmt-check fuzz sim soak bench bench-plane bench-http bench-fleet clean
 
@@ -17,15 +20,16 @@ run:
 	$(GO) run ./cmd/tollgated
 
 # test is the whole suite: formatting, vet, then every package under the
-# race detector. Each package's tests are bounded in time.
+# race detector, with broken invariants panicking. Each package's tests are
+# bounded in time.
 test: fmt-check vet
-	$(GO) test -race -count=1 -timeout 10m $(PKGS)
+	$(GO) test -tags $(TAGS) -race -count=1 -timeout 10m $(PKGS)
 
 test-short:
-	$(GO) test -short -count=1 $(PKGS)
+	$(GO) test -tags $(TAGS) -short -count=1 $(PKGS)
 
 vet:
-	$(GO) vet $(PKGS)
+	$(GO) vet -tags $(TAGS) $(PKGS)
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -47,7 +51,7 @@ SEEDS ?= 50
 SEED  ?= 1000
 STEPS ?= 0
 sim:
-	$(GO) test -count=1 -timeout 60m -run '^TestSimulation' ./internal/sim -sim.seed=$(SEED) -sim.seeds=$(SEEDS) -sim.steps=$(STEPS)
+	$(GO) test -tags $(TAGS) -count=1 -timeout 60m -run '^TestSimulation' ./internal/sim -sim.seed=$(SEED) -sim.seeds=$(SEEDS) -sim.steps=$(STEPS)
 
 # soak runs the real daemon through cycles of load and quiet and checks an
 # idle daemon's costs (bench/soak.sh; about 6 minutes: 3 cycles of 100 s, and the builds).
@@ -55,12 +59,12 @@ soak:
 	bash bench/soak.sh
 
 fuzz:
-	@list=$$($(GO) test -list '^Fuzz' $(PKGS)) || { echo "$$list"; exit 1; }; \
+	@list=$$($(GO) test -tags $(TAGS) -list '^Fuzz' $(PKGS)) || { echo "$$list"; exit 1; }; \
 	targets=$$(echo "$$list" | awk '/^Fuzz/ { t[n++] = $$1; next } /^ok/ { for (i = 0; i < n; i++) print $$2 " " t[i]; n = 0 }'); \
 	[ -n "$$targets" ] || { echo "fuzz: no fuzz targets found"; exit 1; }; \
 	echo "$$targets" | while read -r pkg target; do \
 		echo "fuzz: $$target ($$pkg) for $(FUZZTIME)"; \
-		$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $(FUZZFLAGS) $$pkg || exit 1; \
+		$(GO) test -tags $(TAGS) -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $(FUZZFLAGS) $$pkg || exit 1; \
 	done
 
 # bench runs the Go micro-benchmarks (engine, seqlock, rings) for

@@ -3,9 +3,12 @@
 // room was reserved, units returned that were never sliced, a lease whose
 // books do not balance — calls Violated. In a running daemon that counts
 // the violation by kind (exported as tollgated_invariant_violations_total)
-// and logs it once per occurrence; under `go test` it panics, so a test that
-// reaches a broken invariant fails where it broke instead of passing with a
-// silent counter.
+// and logs it once per occurrence; built with the `invariants` tag (as
+// `make test` builds every test binary) it panics, so a test that reaches a
+// broken invariant fails where it broke instead of passing with a silent
+// counter. The tag, not the testing package, decides: the daemon never
+// links `testing`, and a test binary built without the tag behaves as the
+// daemon does.
 //
 // Kinds are a fixed, append-only list, so counting is one atomic add into
 // an array: no map, no lock, no allocation, safe from any goroutine
@@ -15,7 +18,6 @@ package invariant
 import (
 	"fmt"
 	"sync/atomic"
-	"testing"
 )
 
 // Kind names one invariant. Values only append; never renumber.
@@ -75,14 +77,14 @@ var (
 	// report, if set, hears every violation (the daemon logs it). It is
 	// set once at start-up, before any shard runs.
 	report atomic.Pointer[func(Kind, string)]
-	// panics is true in test binaries unless a test asks to count instead.
+	// panics is Panics (the build tag) unless a test asks to count instead.
 	panics atomic.Bool
 )
 
-func init() { panics.Store(testing.Testing()) }
+func init() { panics.Store(Panics) }
 
-// Violated records that invariant k is broken; detail says how. It panics
-// under `go test` (see CountInTests).
+// Violated records that invariant k is broken; detail says how. Built with
+// the `invariants` tag it panics (see CountInTests).
 func Violated(k Kind, detail string) {
 	if k >= numKinds {
 		k = numKinds - 1
@@ -114,5 +116,5 @@ func OnViolation(f func(k Kind, detail string)) { report.Store(&f) }
 // function restores panicking.
 func CountInTests() (restore func()) {
 	panics.Store(false)
-	return func() { panics.Store(testing.Testing()) }
+	return func() { panics.Store(Panics) }
 }

@@ -2,10 +2,19 @@ package invariant
 
 import "testing"
 
-func TestViolationsPanicInTests(t *testing.T) {
+// TestViolationsPanicOnlyWithTheTag: built with `-tags invariants` (make
+// test) a violation panics; built without (the daemon) it is counted.
+func TestViolationsPanicOnlyWithTheTag(t *testing.T) {
+	before := Count(LeaseBooks)
 	defer func() {
-		if recover() == nil {
-			t.Fatal("Violated did not panic in a test binary")
+		r := recover()
+		switch {
+		case Panics && r == nil:
+			t.Fatal("built with the invariants tag, Violated did not panic")
+		case !Panics && r != nil:
+			t.Fatalf("built without the invariants tag, Violated panicked: %v", r)
+		case Count(LeaseBooks) != before+1:
+			t.Fatalf("count %d → %d, want one more", before, Count(LeaseBooks))
 		}
 	}()
 	Violated(LeaseBooks, "test")
