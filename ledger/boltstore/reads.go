@@ -45,7 +45,7 @@ func (b *backend) Accounts(ctx context.Context) ([]ledger.Account, error) {
 	return all(ctx, b, bucketAccounts, decodeAccount)
 }
 
-// Children implements ledger.Store, through the children index.
+// Children implements txn.Queries, through the children index.
 func (b *backend) Children(ctx context.Context, id core.AccountID) (out []core.AccountID, err error) {
 	err = b.view(ctx, func(x *boltTx) error {
 		if _, err := x.Account(id); err != nil {
@@ -94,7 +94,7 @@ func activeLeases(x *boltTx, after uint64) ([]uint64, error) {
 	return ids, err
 }
 
-// LeasesOf implements ledger.Store: it reads holder's range of the held
+// LeasesOf implements txn.Queries: it reads holder's range of the held
 // index, so its cost follows what the holder answers for, not the store's
 // size.
 func (b *backend) LeasesOf(ctx context.Context, holder string) (out []ledger.Lease, err error) {
@@ -120,7 +120,7 @@ func (b *backend) LeasesOf(ctx context.Context, holder string) (out []ledger.Lea
 	return out, nil
 }
 
-// ExportMark implements ledger.Store.
+// ExportMark implements txn.Queries.
 func (b *backend) ExportMark(ctx context.Context, node string) (mark uint64, err error) {
 	err = b.view(ctx, func(x *boltTx) error {
 		mark = seqOf(x.bucket(bucketMarks).Get([]byte(node)))
@@ -141,25 +141,16 @@ func (b *backend) Keys(ctx context.Context, account core.AccountID) (out []ledge
 		return all(ctx, b, bucketKeys, decodeKey)
 	}
 	err = b.view(ctx, func(x *boltTx) error {
-		keys := x.Keys().(bucketTable[ledger.Key])
+		var ids [][]byte
 		prefix := pairKey(account, "")
 		c := x.bucket(bucketKeyIndex).Cursor()
-		for ik, _ := c.Seek(prefix); ik != nil && bytes.HasPrefix(ik, prefix); ik, _ = c.Next() {
-			k, found, err := keys.get(string(ik[len(prefix):]))
-			if err == nil && !found {
-				err = fmt.Errorf("%w: key index names missing key %q", ErrCorrupt, ik[len(prefix):])
-			}
-			if err != nil {
-				return err
-			}
-			out = append(out, k)
+		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+			ids = append(ids, k[len(prefix):])
 		}
-		return nil
+		out, err = x.indexedKeys("key index", ids)
+		return err
 	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
+	return out, err
 }
 
 // PlatformTokens implements ledger.Store: every token, in id order.

@@ -203,9 +203,6 @@ func (b *backend) view(ctx context.Context, fn func(x *boltTx) error) error {
 	return b.db.View(func(tx *bolt.Tx) error { return fn(&boltTx{tx: tx, history: b.history}) })
 }
 
-// view runs fn in one read-only transaction of s's file.
-func (s *Store) view(ctx context.Context, fn func(x *boltTx) error) error { return s.b.view(ctx, fn) }
-
 // dueIndexes are the time-ordered indexes of the periodic passes.
 var dueIndexes = map[txn.DueWork][]byte{
 	txn.DueRollover: bucketDue, txn.DueReclaim: bucketExpiry, txn.DueKeys: bucketKeyExp, txn.DueEvents: bucketEventAge,

@@ -48,8 +48,10 @@ type Backend interface {
 // Queries are the reads of ledger.Store a backend answers from its own
 // indexes, each from one snapshot. Store promotes them, and checks the
 // arguments of the paged and bounded ones (AccountPage, LeasePage,
-// UsagePage, AuditAfter) before it asks; from Ancestry it derives the
-// funding evidence.
+// UsagePage, AuditAfter) before it asks, and of those whose argument may
+// be what no record can hold (Children and Ancestry an id that is not
+// valid, LeasesOf and ExportMark text the backend cannot store); from
+// Ancestry it derives the funding evidence.
 type Queries interface {
 	Account(ctx context.Context, id core.AccountID) (ledger.Account, error)
 	Accounts(ctx context.Context) ([]ledger.Account, error)
