@@ -4,7 +4,6 @@ package boltstore
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -96,7 +95,7 @@ func activeLeases(x *boltTx, after uint64) ([]uint64, error) {
 
 // LeasesOf implements txn.Queries: it reads holder's range of the held
 // index, so its cost follows what the holder answers for, not the store's
-// size.
+// size, and in id order (heldPrefix: the range is one holder's, by id).
 func (b *backend) LeasesOf(ctx context.Context, holder string) (out []ledger.Lease, err error) {
 	err = b.view(ctx, func(x *boltTx) error {
 		prefix := heldPrefix(holder)
@@ -116,7 +115,6 @@ func (b *backend) LeasesOf(ctx context.Context, holder string) (out []ledger.Lea
 	if err != nil {
 		return nil, err
 	}
-	slices.SortFunc(out, func(a, b ledger.Lease) int { return cmp.Compare(a.ID, b.ID) })
 	return out, nil
 }
 
@@ -163,20 +161,13 @@ func (b *backend) AdminTokens(ctx context.Context) ([]ledger.AdminToken, error) 
 	return all(ctx, b, bucketAdmins, decodeAdminToken)
 }
 
-// SecretFingerprint implements ledger.Store.
-func (b *backend) SecretFingerprint(ctx context.Context) (fp [32]byte, ok bool, err error) {
+// StoredFingerprint implements txn.Queries.
+func (b *backend) StoredFingerprint(ctx context.Context) (v []byte, err error) {
 	err = b.view(ctx, func(x *boltTx) error {
-		v := x.bucket(bucketMeta).Get(metaSecret)
-		if v == nil {
-			return nil
-		}
-		if len(v) != len(fp) {
-			return fmt.Errorf("%w: secret fingerprint of %d bytes", ErrCorrupt, len(v))
-		}
-		fp, ok = [32]byte(v), true
+		v = bytes.Clone(x.bucket(bucketMeta).Get(metaSecret)) // bbolt's memory is only valid in the transaction
 		return nil
 	})
-	return fp, ok, err
+	return v, err
 }
 
 // AuditAfter implements txn.Queries: up to limit records with Seq > after,

@@ -15,7 +15,9 @@ import (
 	"github.com/tollgated/tollgated/ledger/txn"
 )
 
+// querier is what pgx.Tx, a pool and a connection have in common.
 type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
@@ -194,19 +196,14 @@ func (b *backend) AdminTokens(ctx context.Context) ([]ledger.AdminToken, error) 
 
 const settingSecretFingerprint = "secret_fingerprint"
 
-// SecretFingerprint implements ledger.Store.
-func (b *backend) SecretFingerprint(ctx context.Context) (fp [32]byte, ok bool, err error) {
+// StoredFingerprint implements txn.Queries.
+func (b *backend) StoredFingerprint(ctx context.Context) ([]byte, error) {
 	var v []byte
-	err = b.pool.QueryRow(ctx, "SELECT value FROM settings WHERE name = $1", settingSecretFingerprint).Scan(&v)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return fp, false, nil
-	case err != nil:
-		return fp, false, err
-	case len(v) != len(fp):
-		return fp, false, fmt.Errorf("%w: secret fingerprint of %d bytes", ErrCorrupt, len(v))
+	err := b.pool.QueryRow(ctx, "SELECT value FROM settings WHERE name = $1", settingSecretFingerprint).Scan(&v)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
 	}
-	return [32]byte(v), true, nil
+	return v, err
 }
 
 // AuditAfter implements txn.Queries: up to limit records with Seq > after,
