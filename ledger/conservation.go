@@ -102,3 +102,18 @@ func (c *Conservation) Done() error {
 	}
 	return nil
 }
+
+// CheckConservation streams a whole ledger through a Conservation, in the
+// order it needs: eachLease calls its argument with every lease, then
+// eachAccount with every account. The first error ends it: a violation
+// (wrapping ErrNotConserved) or the reader's own.
+func CheckConservation(eachLease func(func(*LeaseRecord) error) error, eachAccount func(func(*Account) error) error) error {
+	c := NewConservation()
+	if err := eachLease(c.Lease); err != nil {
+		return err
+	}
+	if err := eachAccount(c.Account); err != nil {
+		return err
+	}
+	return c.Done()
+}

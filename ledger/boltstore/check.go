@@ -15,7 +15,6 @@ import (
 // runs beside writers.
 func (b *backend) Check(ctx context.Context) error {
 	return b.view(ctx, func(x *boltTx) error {
-		c := ledger.NewConservation()
 		indexes := [][]byte{bucketExpiry, bucketHeld, bucketDue, bucketChildren, bucketKeyExp, bucketKeyIndex}
 		want := make(map[string]map[string]bool, len(indexes)) // index → the entries the records imply
 		for _, index := range indexes {
@@ -26,21 +25,21 @@ func (b *backend) Check(ctx context.Context) error {
 				want[string(index)][string(entry)] = true
 			}
 		}
-		err := each(x, bucketLeases, func(k, v []byte) (ledger.LeaseRecord, error) { return decodeLease(seqOf(k), v) },
-			func(rec *ledger.LeaseRecord) error {
-				imply(bucketExpiry, leaseExpiryKey(rec))
-				imply(bucketHeld, leaseHeldKey(rec))
-				return c.Lease(rec)
+		err := ledger.CheckConservation(func(lease func(*ledger.LeaseRecord) error) error {
+			return each(x, bucketLeases, func(k, v []byte) (ledger.LeaseRecord, error) { return decodeLease(seqOf(k), v) },
+				func(rec *ledger.LeaseRecord) error {
+					imply(bucketExpiry, leaseExpiryKey(rec))
+					imply(bucketHeld, leaseHeldKey(rec))
+					return lease(rec)
+				})
+		}, func(account func(*ledger.Account) error) error {
+			return each(x, bucketAccounts, decodeAccount, func(a *ledger.Account) error {
+				imply(bucketDue, accountDueKey(a))
+				if a.Parent != "" {
+					imply(bucketChildren, childKey(a.Parent, a.ID))
+				}
+				return account(a)
 			})
-		if err != nil {
-			return err
-		}
-		err = each(x, bucketAccounts, decodeAccount, func(a *ledger.Account) error {
-			imply(bucketDue, accountDueKey(a))
-			if a.Parent != "" {
-				imply(bucketChildren, childKey(a.Parent, a.ID))
-			}
-			return c.Account(a)
 		})
 		if err != nil {
 			return err
@@ -67,10 +66,7 @@ func (b *backend) Check(ctx context.Context) error {
 		if err := each(x, bucketTokens, decodePlatformToken, nil); err != nil {
 			return err
 		}
-		if err := each(x, bucketNodes, decodeIncarnation, nil); err != nil {
-			return err
-		}
-		return c.Done()
+		return each(x, bucketNodes, decodeIncarnation, nil)
 	})
 }
 

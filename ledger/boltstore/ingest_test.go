@@ -40,7 +40,7 @@ func TestUsageHistoryKeepsTheNewest(t *testing.T) {
 	if len(got) != 3 || got[0].OccurredAt != 4 || got[1].OccurredAt != 3 || got[2].OccurredAt != 2 {
 		t.Fatalf("usage %+v, want events 4, 3, 2", got)
 	}
-	err = s.view(ctx, func(x *boltTx) error {
+	err = s.b.view(ctx, func(x *boltTx) error {
 		// One run per transaction: the first (events 1 and 2) fell wholly
 		// out of the last 3 and was deleted.
 		if n := x.bucket(bucketUsage).Bucket([]byte("org")).Stats().KeyN; n != 1 {
@@ -128,7 +128,7 @@ func TestUsageHistoryReadsRecordsOfEveryAge(t *testing.T) {
 	}
 	// Events 1 and 2 are past the bound: their records were deleted; 3's
 	// is kept, its event still within the last 6.
-	err = s.view(ctx, func(x *boltTx) error {
+	err = s.b.view(ctx, func(x *boltTx) error {
 		if n := x.bucket(bucketUsage).Bucket([]byte("org")).Stats().KeyN; n != 3 {
 			t.Errorf("%d usage records stored, want 3 (event 3, run 4–5, run 6–8)", n)
 		}
@@ -193,7 +193,7 @@ func TestADamagedUsageHistoryDoesNotStopBilling(t *testing.T) {
 	if err != nil || len(got) != 2 {
 		t.Fatalf("other's usage: %d events, %v", len(got), err)
 	}
-	err = s.view(ctx, func(x *boltTx) error {
+	err = s.b.view(ctx, func(x *boltTx) error {
 		if n := x.bucket(bucketUsage).Bucket([]byte("org")).Stats().KeyN; n != 4 {
 			t.Errorf("org holds %d records, want 4: the two damaged ones and the last two runs", n)
 		}

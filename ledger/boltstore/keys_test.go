@@ -3,7 +3,6 @@ package boltstore
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"reflect"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/ledger"
+	"github.com/tollgated/tollgated/ledger/ledgertest"
 )
 
 // encodeSchema2Key is a key as schema 2 wrote it.
@@ -174,11 +174,9 @@ func TestExpireKeysWritesNothingWhenNothingIsDue(t *testing.T) {
 	}
 }
 
-// TestFilteredPagesReadABoundedNumberOfAccounts: a status filter that
-// matches nothing among many accounts answers short pages with a cursor
-// (each reading at most ledger.MaxPageScan accounts), not one long scan.
+// TestFilteredPagesReadABoundedNumberOfAccounts: ledgertest's
+// BoundedAccountPages, on more accounts than a page reads.
 func TestFilteredPagesReadABoundedNumberOfAccounts(t *testing.T) {
-	ctx := context.Background()
 	s := newStore(t, Options{})
 	n := ledger.MaxPageScan + ledger.MaxPageScan/2
 	err := s.db.Update(func(tx *bolt.Tx) error {
@@ -186,6 +184,9 @@ func TestFilteredPagesReadABoundedNumberOfAccounts(t *testing.T) {
 			a, err := ledger.NewAccount(ledger.AccountSpec{ID: core.AccountID(fmt.Sprintf("acct-%05d", i))}, nil)
 			if err != nil {
 				return err
+			}
+			if i == n-2 {
+				a.Status = core.StatusSuspended
 			}
 			if err := tx.Bucket(bucketAccounts).Put([]byte(a.ID), encodeAccount(&a)); err != nil {
 				return err
@@ -196,18 +197,7 @@ func TestFilteredPagesReadABoundedNumberOfAccounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := ledger.AccountFilter{ByStatus: true, Status: core.StatusSuspended}
-	page, next, err := s.ListAccounts(ctx, f, ledger.Page{Limit: 10})
-	if err != nil || len(page) != 0 || next != fmt.Sprintf("acct-%05d", ledger.MaxPageScan-1) {
-		t.Fatalf("first page: %d accounts, next %q, %v", len(page), next, err)
-	}
-	page, next, err = s.ListAccounts(ctx, f, ledger.Page{After: next, Limit: 10})
-	if err != nil || len(page) != 0 || next != "" {
-		t.Fatalf("second page: %d accounts, next %q, %v", len(page), next, err)
-	}
-	if _, _, err := s.ListAccounts(ctx, f, ledger.Page{After: "Not An Id", Limit: 10}); !errors.Is(err, ledger.ErrInvalid) {
-		t.Fatalf("malformed cursor: %v", err)
-	}
+	ledgertest.BoundedAccountPages(t, s, n)
 }
 
 // TestLeaseCursorAtTheLastIDEndsTheListing: the next id after it would

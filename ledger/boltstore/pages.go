@@ -7,6 +7,7 @@ import (
 
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/ledger"
+	"github.com/tollgated/tollgated/ledger/txn"
 )
 
 // Paged listings. A cursor is the last item's key as text: an account id,
@@ -65,11 +66,8 @@ func (b *backend) LeasePage(ctx context.Context, active bool, after uint64, limi
 			if err != nil {
 				return err
 			}
-			for i, id := range ids {
-				if i == limit {
-					next = strconv.FormatUint(ids[i-1], 10)
-					break
-				}
+			ids, next = txn.CutPage(ids, limit, func(id uint64) string { return strconv.FormatUint(id, 10) })
+			for _, id := range ids {
 				rec, err := x.lease(id)
 				if err != nil {
 					return err
@@ -79,17 +77,14 @@ func (b *backend) LeasePage(ctx context.Context, active bool, after uint64, limi
 			return nil
 		}
 		c := x.bucket(bucketLeases).Cursor()
-		for k, v := c.Seek(u64Key(after + 1)); k != nil; k, v = c.Next() {
-			if len(out) == limit {
-				next = strconv.FormatUint(out[len(out)-1].ID, 10)
-				return nil
-			}
+		for k, v := c.Seek(u64Key(after + 1)); k != nil && len(out) <= limit; k, v = c.Next() {
 			rec, err := decodeLease(seqOf(k), v)
 			if err != nil {
 				return err
 			}
 			out = append(out, rec.Lease)
 		}
+		out, next = txn.CutPage(out, limit, func(l ledger.Lease) string { return strconv.FormatUint(l.ID, 10) })
 		return nil
 	})
 	if err != nil {

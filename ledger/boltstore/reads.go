@@ -4,7 +4,6 @@ package boltstore
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -45,7 +44,7 @@ func (b *backend) Accounts(ctx context.Context) ([]ledger.Account, error) {
 	return all(ctx, b, bucketAccounts, decodeAccount)
 }
 
-// Children implements ledger.Store, through the children index.
+// Children implements txn.Queries, through the children index.
 func (b *backend) Children(ctx context.Context, id core.AccountID) (out []core.AccountID, err error) {
 	err = b.view(ctx, func(x *boltTx) error {
 		if _, err := x.Account(id); err != nil {
@@ -94,9 +93,9 @@ func activeLeases(x *boltTx, after uint64) ([]uint64, error) {
 	return ids, err
 }
 
-// LeasesOf implements ledger.Store: it reads holder's range of the held
+// LeasesOf implements txn.Queries: it reads holder's range of the held
 // index, so its cost follows what the holder answers for, not the store's
-// size.
+// size, and in id order (heldPrefix: the range is one holder's, by id).
 func (b *backend) LeasesOf(ctx context.Context, holder string) (out []ledger.Lease, err error) {
 	err = b.view(ctx, func(x *boltTx) error {
 		prefix := heldPrefix(holder)
@@ -116,11 +115,10 @@ func (b *backend) LeasesOf(ctx context.Context, holder string) (out []ledger.Lea
 	if err != nil {
 		return nil, err
 	}
-	slices.SortFunc(out, func(a, b ledger.Lease) int { return cmp.Compare(a.ID, b.ID) })
 	return out, nil
 }
 
-// ExportMark implements ledger.Store.
+// ExportMark implements txn.Queries.
 func (b *backend) ExportMark(ctx context.Context, node string) (mark uint64, err error) {
 	err = b.view(ctx, func(x *boltTx) error {
 		mark = seqOf(x.bucket(bucketMarks).Get([]byte(node)))
@@ -141,25 +139,16 @@ func (b *backend) Keys(ctx context.Context, account core.AccountID) (out []ledge
 		return all(ctx, b, bucketKeys, decodeKey)
 	}
 	err = b.view(ctx, func(x *boltTx) error {
-		keys := x.Keys().(bucketTable[ledger.Key])
+		var ids [][]byte
 		prefix := pairKey(account, "")
 		c := x.bucket(bucketKeyIndex).Cursor()
-		for ik, _ := c.Seek(prefix); ik != nil && bytes.HasPrefix(ik, prefix); ik, _ = c.Next() {
-			k, found, err := keys.get(string(ik[len(prefix):]))
-			if err == nil && !found {
-				err = fmt.Errorf("%w: key index names missing key %q", ErrCorrupt, ik[len(prefix):])
-			}
-			if err != nil {
-				return err
-			}
-			out = append(out, k)
+		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+			ids = append(ids, k[len(prefix):])
 		}
-		return nil
+		out, err = x.indexedKeys("key index", ids)
+		return err
 	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
+	return out, err
 }
 
 // PlatformTokens implements ledger.Store: every token, in id order.
@@ -172,20 +161,13 @@ func (b *backend) AdminTokens(ctx context.Context) ([]ledger.AdminToken, error) 
 	return all(ctx, b, bucketAdmins, decodeAdminToken)
 }
 
-// SecretFingerprint implements ledger.Store.
-func (b *backend) SecretFingerprint(ctx context.Context) (fp [32]byte, ok bool, err error) {
+// StoredFingerprint implements txn.Queries.
+func (b *backend) StoredFingerprint(ctx context.Context) (v []byte, err error) {
 	err = b.view(ctx, func(x *boltTx) error {
-		v := x.bucket(bucketMeta).Get(metaSecret)
-		if v == nil {
-			return nil
-		}
-		if len(v) != len(fp) {
-			return fmt.Errorf("%w: secret fingerprint of %d bytes", ErrCorrupt, len(v))
-		}
-		fp, ok = [32]byte(v), true
+		v = bytes.Clone(x.bucket(bucketMeta).Get(metaSecret)) // bbolt's memory is only valid in the transaction
 		return nil
 	})
-	return fp, ok, err
+	return v, err
 }
 
 // AuditAfter implements txn.Queries: up to limit records with Seq > after,

@@ -120,7 +120,7 @@ const OpenTimeout = time.Second
 
 // DefaultUsageHistory is how many accepted usage events UsageOf can return
 // per account unless Options says otherwise.
-const DefaultUsageHistory = 1000
+const DefaultUsageHistory = txn.DefaultUsageHistory
 
 // Options tune a store. The zero value is the production configuration.
 type Options struct {
@@ -159,11 +159,9 @@ var ErrLocked = errors.New("boltstore: ledger file is in use by another store")
 
 // Open opens (creating if needed) the ledger file at path.
 func Open(path string, opts Options) (*Store, error) {
-	if opts.UsageHistory < 0 {
-		return nil, fmt.Errorf("%w: usage history %d", ledger.ErrInvalid, opts.UsageHistory)
-	}
-	if opts.UsageHistory == 0 {
-		opts.UsageHistory = DefaultUsageHistory
+	history, err := txn.UsageHistory(opts.UsageHistory)
+	if err != nil {
+		return nil, err
 	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: OpenTimeout, NoSync: opts.NoSync, NoGrowSync: opts.NoSync})
 	if errors.Is(err, bolt.ErrTimeout) {
@@ -176,7 +174,7 @@ func Open(path string, opts Options) (*Store, error) {
 		db.Close()
 		return nil, err
 	}
-	b := &backend{db: db, history: uint64(opts.UsageHistory)}
+	b := &backend{db: db, history: uint64(history)}
 	return &Store{Store: txn.New(b), db: db, b: b}, nil
 }
 
@@ -202,9 +200,6 @@ func (b *backend) view(ctx context.Context, fn func(x *boltTx) error) error {
 	}
 	return b.db.View(func(tx *bolt.Tx) error { return fn(&boltTx{tx: tx, history: b.history}) })
 }
-
-// view runs fn in one read-only transaction of s's file.
-func (s *Store) view(ctx context.Context, fn func(x *boltTx) error) error { return s.b.view(ctx, fn) }
 
 // dueIndexes are the time-ordered indexes of the periodic passes.
 var dueIndexes = map[txn.DueWork][]byte{

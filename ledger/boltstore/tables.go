@@ -104,12 +104,18 @@ func (x *boltTx) DueKeys(now int64, limit int) ([]ledger.Key, error) {
 	for k, _ := c.First(); k != nil && len(ids) < limit && keyTime(k) <= now; k, _ = c.Next() {
 		ids = append(ids, bytes.Clone(k[8:])) // bbolt's memory moves as the index changes
 	}
+	return x.indexedKeys("key expiry index", ids)
+}
+
+// indexedKeys reads the keys ids, which index names: a missing one is
+// ErrCorrupt.
+func (x *boltTx) indexedKeys(index string, ids [][]byte) ([]ledger.Key, error) {
 	keys := x.Keys().(bucketTable[ledger.Key])
 	out := make([]ledger.Key, 0, len(ids))
 	for _, id := range ids {
 		k, found, err := keys.get(string(id))
 		if err == nil && !found {
-			err = fmt.Errorf("%w: key expiry index names missing key %q", ErrCorrupt, id)
+			err = fmt.Errorf("%w: %s names missing key %q", ErrCorrupt, index, id)
 		}
 		if err != nil {
 			return nil, err

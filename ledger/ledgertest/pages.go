@@ -1,8 +1,10 @@
 package ledgertest
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
+	"testing"
 
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/ledger"
@@ -200,4 +202,32 @@ func testListUsage(h *harness) {
 	}
 	_, _, err = h.s.ListUsage(h.ctx, "nobody", ledger.Page{Limit: 1})
 	h.wantErr("usage of an unknown account", err, ledger.ErrNotFound)
+}
+
+// BoundedAccountPages checks the listing of s, which holds n accounts
+// (more than ledger.MaxPageScan, put there behind its back: creating them
+// one call each would take long) named acct-00000, acct-00001, …, all
+// active but acct-(n-2), which is suspended. A status filter that matches
+// little answers short pages with a cursor, each page reading at most
+// ledger.MaxPageScan accounts, not one long scan; unfiltered, a page holds
+// at most ledger.MaxPageScan accounts whatever its limit.
+func BoundedAccountPages(t *testing.T, s ledger.Store, n int) {
+	t.Helper()
+	ctx := t.Context()
+	f := ledger.AccountFilter{ByStatus: true, Status: core.StatusSuspended}
+	page, next, err := s.ListAccounts(ctx, f, ledger.Page{Limit: 10})
+	if err != nil || len(page) != 0 || next != fmt.Sprintf("acct-%05d", ledger.MaxPageScan-1) {
+		t.Fatalf("first page: %d accounts, next %q, %v", len(page), next, err)
+	}
+	page, next, err = s.ListAccounts(ctx, f, ledger.Page{After: next, Limit: 10})
+	if err != nil || len(page) != 1 || page[0].ID != core.AccountID(fmt.Sprintf("acct-%05d", n-2)) || next != "" {
+		t.Fatalf("second page: %+v, next %q, %v", page, next, err)
+	}
+	page, next, err = s.ListAccounts(ctx, ledger.AccountFilter{}, ledger.Page{Limit: 1 << 62})
+	if err != nil || len(page) != ledger.MaxPageScan || next != string(page[ledger.MaxPageScan-1].ID) {
+		t.Fatalf("a page without a limit: %d accounts, next %q, %v", len(page), next, err)
+	}
+	if _, _, err := s.ListAccounts(ctx, f, ledger.Page{After: "Not An Id", Limit: 10}); !errors.Is(err, ledger.ErrInvalid) {
+		t.Fatalf("malformed cursor: %v", err)
+	}
 }

@@ -11,13 +11,12 @@ package pgstore
 
 import (
 	"context"
-	"encoding/binary"
 	"testing"
 
-	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/internal/pgtest"
 	"github.com/tollgated/tollgated/ledger"
 	"github.com/tollgated/tollgated/ledger/boltstore"
+	"github.com/tollgated/tollgated/ledger/ledgertest"
 )
 
 // backends opens a fresh store of each kind.
@@ -41,29 +40,11 @@ var backends = []struct {
 	}},
 }
 
-// benchLedger is an org → workspace (unmetered) → agent hierarchy with a
-// monthly allowance on the org and top-ups on org and agent large enough
-// for any b.N, so every grant debits a two-account funding chain (as
-// boltstore's own benchmarks do).
+// benchLedger is ledgertest's benchmark ledger (as boltstore's own
+// benchmarks use it) on a fresh store.
 func benchLedger(b *testing.B, open func(b *testing.B) ledger.Store) ledger.Store {
 	b.Helper()
-	ctx := context.Background()
-	s := open(b)
-	b.Cleanup(func() { s.Close() })
-	for _, spec := range []ledger.AccountSpec{{ID: "org"}, {ID: "ws", Parent: "org", Unmetered: true}, {ID: "agent", Parent: "ws"}} {
-		if _, _, err := s.CreateAccount(ctx, spec, t0); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if _, err := s.SetBudget(ctx, "org", ledger.Budget{Allowance: 1 << 20, Period: ledger.PeriodMonth}, t0); err != nil {
-		b.Fatal(err)
-	}
-	for _, id := range []core.AccountID{"org", "agent"} {
-		if _, _, err := s.Deposit(ctx, id, 1<<60, "bench", t0); err != nil {
-			b.Fatal(err)
-		}
-	}
-	return s
+	return ledgertest.BenchLedger(b, open(b), t0)
 }
 
 // BenchmarkAcquireRelease: one grant and its release, two transactions,
@@ -120,31 +101,7 @@ func BenchmarkIngest4096(b *testing.B) { benchIngest(b, 4096) }
 
 func benchIngest(b *testing.B, size int) {
 	for _, be := range backends {
-		b.Run(be.name, func(b *testing.B) {
-			s := benchLedger(b, be.open)
-			ctx := context.Background()
-			l, _, err := s.Acquire(ctx, "agent", "node-a", 1<<40, 1<<40, 1<<60, t0)
-			if err != nil {
-				b.Fatal(err)
-			}
-			batch := make([]ledger.Usage, size)
-			var n uint64
-			now := t0
-			b.ReportAllocs()
-			for b.Loop() {
-				now += 1e6
-				for i := range batch {
-					n++
-					batch[i] = ledger.Usage{Account: "agent", Source: ledger.UsageLease, LeaseID: l.ID, Token: l.Token, Units: 1, OccurredAt: now}
-					binary.BigEndian.PutUint64(batch[i].ID[:], n)
-				}
-				res, err := s.Ingest(ctx, batch, now)
-				if err != nil || res[size-1] != ledger.Accepted {
-					b.Fatalf("ingest: %v, %v", res[size-1], err)
-				}
-			}
-			b.ReportMetric(float64(b.N*size)/b.Elapsed().Seconds(), "events/s")
-		})
+		b.Run(be.name, func(b *testing.B) { ledgertest.BenchIngest(b, benchLedger(b, be.open), size, t0) })
 	}
 }
 

@@ -112,19 +112,14 @@ func (s *Store) ChangesAfter(ctx context.Context, after uint64, limit int) ([]Ch
 	if limit <= 0 || after > 1<<63-1 {
 		return nil, fmt.Errorf("%w: changes after %d, limit %d", ledger.ErrInvalid, after, limit)
 	}
-	rows, err := s.pool.Query(ctx, `SELECT id, kind, coalesce(account, ''), coalesce(key_id, ''), coalesce(token_id, ''), at
-		FROM changes WHERE id > $1 ORDER BY id LIMIT $2`, int64(after), limit)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Change, error) {
-		var c Change
+	return collect(ctx, s.pool, func(row pgx.Row) (c Change, err error) {
 		var id int64
 		var kind, account string
-		err := row.Scan(&id, &kind, &account, &c.Key, &c.Token, &c.At)
+		err = row.Scan(&id, &kind, &account, &c.Key, &c.Token, &c.At)
 		c.ID, c.Kind, c.Account = uint64(id), ChangeKind(kind), core.AccountID(account)
 		return c, err
-	})
+	}, `SELECT id, kind, coalesce(account, ''), coalesce(key_id, ''), coalesce(token_id, ''), at
+		FROM changes WHERE id > $1 ORDER BY id LIMIT $2`, int64(after), limit)
 }
 
 // Listening: how long a quiet connection waits before it is pinged (a

@@ -42,19 +42,14 @@ func (s *Store) Reconcile(ctx context.Context) (out []Finding, err error) {
 }
 
 func reconcile(ctx context.Context, tx pgx.Tx) ([]Finding, error) {
-	rows, err := tx.Query(ctx, ReconcileSQL)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Finding, error) {
-		var f Finding
+	return collect(ctx, tx, func(row pgx.Row) (f Finding, err error) {
 		var lease *int64
-		err := row.Scan(&f.Rule, &f.Account, &lease, &f.Detail)
+		err = row.Scan(&f.Rule, &f.Account, &lease, &f.Detail)
 		if lease != nil {
 			f.Lease = uint64(*lease)
 		}
 		return f, err
-	})
+	}, ReconcileSQL)
 }
 
 // Check implements ledger.Store on one snapshot: it streams every lease
@@ -65,28 +60,12 @@ func reconcile(ctx context.Context, tx pgx.Tx) ([]Finding, error) {
 // ledger.ErrNotConserved too.
 func (b *backend) Check(ctx context.Context) error {
 	return b.view(ctx, func(tx pgx.Tx) error {
-		c := ledger.NewConservation()
-		err := eachRow(ctx, tx, "SELECT "+leaseColumns+" FROM leases ORDER BY id", func(row pgx.Row) error {
-			rec, err := scanLease(row)
-			if err != nil {
-				return err
-			}
-			return c.Lease(&rec)
+		err := ledger.CheckConservation(func(lease func(*ledger.LeaseRecord) error) error {
+			return eachRow(ctx, tx, "SELECT "+leaseColumns+" FROM leases ORDER BY id", scanLease, lease)
+		}, func(account func(*ledger.Account) error) error {
+			return eachRow(ctx, tx, "SELECT "+accountColumns+" FROM accounts ORDER BY id", scanAccount, account)
 		})
 		if err != nil {
-			return err
-		}
-		err = eachRow(ctx, tx, "SELECT "+accountColumns+" FROM accounts ORDER BY id", func(row pgx.Row) error {
-			a, err := scanAccount(row)
-			if err != nil {
-				return err
-			}
-			return c.Account(&a)
-		})
-		if err != nil {
-			return err
-		}
-		if err := c.Done(); err != nil {
 			return err
 		}
 		found, err := reconcile(ctx, tx)
@@ -100,15 +79,19 @@ func (b *backend) Check(ctx context.Context) error {
 	})
 }
 
-// eachRow runs query and calls fn for each row, streaming.
-func eachRow(ctx context.Context, tx pgx.Tx, query string, fn func(pgx.Row) error) error {
+// eachRow runs query and calls fn with each row, scanned, streaming.
+func eachRow[T any](ctx context.Context, tx pgx.Tx, query string, scan func(pgx.Row) (T, error), fn func(*T) error) error {
 	rows, err := tx.Query(ctx, query)
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
 	for rows.Next() {
-		if err := fn(rows); err != nil {
+		rec, err := scan(rows)
+		if err != nil {
+			return err
+		}
+		if err := fn(&rec); err != nil {
 			return err
 		}
 	}

@@ -131,14 +131,7 @@ func (s *Store) EvidenceBelow(ctx context.Context, ids []core.AccountID) (map[co
 	}
 	err := s.b.view(ctx, func(tx pgx.Tx) error {
 		clear(out)
-		rows, err := tx.Query(ctx, subtreesSQL, valid)
-		if err != nil {
-			return err
-		}
-		accounts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*ledger.Account, error) {
-			a, err := scanAccount(row)
-			return &a, err
-		})
+		accounts, err := collect(ctx, tx, scanAccountPtr, subtreesSQL, valid)
 		if err != nil {
 			return err
 		}

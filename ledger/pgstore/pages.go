@@ -9,21 +9,12 @@ import (
 
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/ledger"
+	"github.com/tollgated/tollgated/ledger/txn"
 )
 
 // Paged listings. A cursor is the last item's key as text: an account id,
 // or a lease id or usage sequence in decimal (ledger.SeqCursor); a page
 // reads at most ledger.MaxPageScan items.
-
-// pageOf cuts a page of limit items from items, which a query read with
-// limit+1 rows: a row beyond the limit means more follow, after the last
-// item kept.
-func pageOf[T any](items []T, limit int, key func(T) string) ([]T, string, error) {
-	if len(items) <= limit {
-		return items, "", nil
-	}
-	return items[:limit], key(items[limit-1]), nil
-}
 
 // Account pages: the window of at most ledger.MaxPageScan accounts after the
 // cursor (all of them, or one parent's children, through the primary key
@@ -56,15 +47,11 @@ func (b *backend) AccountPage(ctx context.Context, f ledger.AccountFilter, after
 			query, window = listChildrenSQL, childrenWindowSQL
 			args, windowArgs = append(args, string(f.Parent)), append(windowArgs, string(f.Parent))
 		}
-		rows, err := tx.Query(ctx, query, args...)
+		accts, err := collect(ctx, tx, scanAccount, query, args...)
 		if err != nil {
 			return err
 		}
-		accts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ledger.Account, error) { return scanAccount(row) })
-		if err != nil {
-			return err
-		}
-		if out, next, _ = pageOf(accts, limit, func(a ledger.Account) string { return string(a.ID) }); next != "" {
+		if out, next = txn.CutPage(accts, limit, func(a ledger.Account) string { return string(a.ID) }); next != "" {
 			return nil
 		}
 		// Short of the limit: did the window stop at the end, or at its bound?
@@ -100,18 +87,12 @@ func (b *backend) LeasePage(ctx context.Context, active bool, after uint64, limi
 		query = "SELECT " + leaseColumns + " FROM leases WHERE state = 1 AND id > $1 ORDER BY id LIMIT $2"
 	}
 	limit = min(limit, ledger.MaxPageScan)
-	rows, err := b.pool.Query(ctx, query, int64(after), limit+1)
+	leases, err := collect(ctx, b.pool, scanLeaseOnly, query, int64(after), limit+1)
 	if err != nil {
 		return nil, "", err
 	}
-	leases, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ledger.Lease, error) {
-		rec, err := scanLease(row)
-		return rec.Lease, err
-	})
-	if err != nil {
-		return nil, "", err
-	}
-	return pageOf(leases, limit, func(l ledger.Lease) string { return strconv.FormatUint(l.ID, 10) })
+	page, next := txn.CutPage(leases, limit, func(l ledger.Lease) string { return strconv.FormatUint(l.ID, 10) })
+	return page, next, nil
 }
 
 // UsagePage implements txn.Queries: newest first, so the cursor is the
@@ -129,26 +110,20 @@ func (b *backend) UsagePage(ctx context.Context, id core.AccountID, before uint6
 		u   ledger.Usage
 	}
 	var events []numbered
-	err = b.view(ctx, func(tx pgx.Tx) error {
+	err = b.view(ctx, func(tx pgx.Tx) (err error) {
 		if _, err := readAccount(ctx, tx, id); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, query, args...)
-		if err != nil {
-			return err
-		}
-		events, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (numbered, error) {
-			var n numbered
-			u, err := scanUsage(row, id, &n.seq)
-			n.u = u
+		events, err = collect(ctx, tx, func(row pgx.Row) (n numbered, err error) {
+			n.u, err = scanUsage(row, id, &n.seq)
 			return n, err
-		})
+		}, query, args...)
 		return err
 	})
 	if err != nil {
 		return nil, "", err
 	}
-	page, next, _ := pageOf(events, limit, func(n numbered) string { return strconv.FormatInt(n.seq, 10) })
+	page, next := txn.CutPage(events, limit, func(n numbered) string { return strconv.FormatInt(n.seq, 10) })
 	for _, n := range page {
 		out = append(out, n.u)
 	}

@@ -3,7 +3,6 @@ package pgstore
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/url"
 	"reflect"
 	"testing"
@@ -12,16 +11,15 @@ import (
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/internal/pgtest"
 	"github.com/tollgated/tollgated/ledger"
+	"github.com/tollgated/tollgated/ledger/ledgertest"
 )
 
-// TestFilteredPagesReadABoundedNumberOfAccounts: a status filter that
-// matches little among many accounts answers short pages with a cursor,
-// each page reading at most ledger.MaxPageScan accounts, not one long scan.
+// TestFilteredPagesReadABoundedNumberOfAccounts: ledgertest's
+// BoundedAccountPages, on more accounts than a page reads.
 func TestFilteredPagesReadABoundedNumberOfAccounts(t *testing.T) {
 	s, _ := openFresh(t, Options{})
-	ctx := t.Context()
 	n := ledger.MaxPageScan + ledger.MaxPageScan/2
-	_, err := s.pool.Exec(ctx, `INSERT INTO accounts (id, parent, capacity, unmetered, scope, status, policy, policy_generation,
+	_, err := s.pool.Exec(t.Context(), `INSERT INTO accounts (id, parent, capacity, unmetered, scope, status, policy, policy_generation,
 			budget_allowance, budget_period, deposited, overage, allowance_left, top_up_left, outstanding, settled,
 			loss, expired, repaid, period_start, period_end, next_token)
 		SELECT format('acct-%s', lpad(i::text, 5, '0')), NULL, 0, false, 3, CASE WHEN i = $2 THEN 1 ELSE 0 END, NULL, 1,
@@ -30,24 +28,7 @@ func TestFilteredPagesReadABoundedNumberOfAccounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := ledger.AccountFilter{ByStatus: true, Status: core.StatusSuspended}
-	page, next, err := s.ListAccounts(ctx, f, ledger.Page{Limit: 10})
-	if err != nil || len(page) != 0 || next != fmt.Sprintf("acct-%05d", ledger.MaxPageScan-1) {
-		t.Fatalf("first page: %d accounts, next %q, %v", len(page), next, err)
-	}
-	page, next, err = s.ListAccounts(ctx, f, ledger.Page{After: next, Limit: 10})
-	if err != nil || len(page) != 1 || page[0].ID != core.AccountID(fmt.Sprintf("acct-%05d", n-2)) || next != "" {
-		t.Fatalf("second page: %+v, next %q, %v", page, next, err)
-	}
-	// Unfiltered, a page holds at most ledger.MaxPageScan accounts whatever its
-	// limit, and says where the next starts.
-	page, next, err = s.ListAccounts(ctx, ledger.AccountFilter{}, ledger.Page{Limit: 1 << 62})
-	if err != nil || len(page) != ledger.MaxPageScan || next != string(page[ledger.MaxPageScan-1].ID) {
-		t.Fatalf("a page without a limit: %d accounts, next %q, %v", len(page), next, err)
-	}
-	if _, _, err := s.ListAccounts(ctx, f, ledger.Page{After: "Not An Id", Limit: 10}); !errors.Is(err, ledger.ErrInvalid) {
-		t.Fatalf("malformed cursor: %v", err)
-	}
+	ledgertest.BoundedAccountPages(t, s, n)
 }
 
 // TestCursorsAtTheEdges: a lease cursor past the largest id PostgreSQL

@@ -15,7 +15,9 @@ import (
 	"github.com/tollgated/tollgated/ledger/txn"
 )
 
+// querier is what pgx.Tx, a pool and a connection have in common.
 type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
@@ -41,11 +43,8 @@ func (b *backend) Accounts(ctx context.Context) ([]ledger.Account, error) {
 	return collect(ctx, b.pool, scanAccount, "SELECT "+accountColumns+" FROM accounts ORDER BY id")
 }
 
-// Children implements ledger.Store.
+// Children implements txn.Queries.
 func (b *backend) Children(ctx context.Context, id core.AccountID) ([]core.AccountID, error) {
-	if id.Validate() != nil {
-		return nil, fmt.Errorf("%w: account %q", ledger.ErrNotFound, id)
-	}
 	var exists bool
 	var children []string
 	err := b.pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM accounts WHERE id = $1),
@@ -65,9 +64,6 @@ func (b *backend) Children(ctx context.Context, id core.AccountID) ([]core.Accou
 
 // Ancestry implements txn.Queries, in one statement.
 func (b *backend) Ancestry(ctx context.Context, id core.AccountID) (ledger.Ancestry, error) {
-	if id.Validate() != nil {
-		return nil, fmt.Errorf("%w: account %q", ledger.ErrNotFound, id)
-	}
 	chain, err := collect(ctx, b.pool, scanAccountPtr, chainSQL, []string{string(id)})
 	if err != nil {
 		return nil, err
@@ -110,20 +106,14 @@ func scanLeaseOnly(row pgx.Row) (ledger.Lease, error) {
 	return rec.Lease, err
 }
 
-// LeasesOf implements ledger.Store, through the partial index of leases
+// LeasesOf implements txn.Queries, through the partial index of leases
 // not released by holder.
 func (b *backend) LeasesOf(ctx context.Context, holder string) ([]ledger.Lease, error) {
-	if validText("lease holder", holder, maxNameLen) != nil {
-		return nil, nil // no lease can have stored it
-	}
 	return collect(ctx, b.pool, scanLeaseOnly, "SELECT "+leaseColumns+" FROM leases WHERE holder = $1 AND state <> 2 ORDER BY id", holder)
 }
 
-// ExportMark implements ledger.Store.
+// ExportMark implements txn.Queries.
 func (b *backend) ExportMark(ctx context.Context, node string) (uint64, error) {
-	if validName("node", node) != nil {
-		return 0, nil // no settlement can have stored it
-	}
 	var m int64
 	err := b.pool.QueryRow(ctx, "SELECT mark FROM export_marks WHERE node = $1", node).Scan(&m)
 	switch {
@@ -206,19 +196,14 @@ func (b *backend) AdminTokens(ctx context.Context) ([]ledger.AdminToken, error) 
 
 const settingSecretFingerprint = "secret_fingerprint"
 
-// SecretFingerprint implements ledger.Store.
-func (b *backend) SecretFingerprint(ctx context.Context) (fp [32]byte, ok bool, err error) {
+// StoredFingerprint implements txn.Queries.
+func (b *backend) StoredFingerprint(ctx context.Context) ([]byte, error) {
 	var v []byte
-	err = b.pool.QueryRow(ctx, "SELECT value FROM settings WHERE name = $1", settingSecretFingerprint).Scan(&v)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return fp, false, nil
-	case err != nil:
-		return fp, false, err
-	case len(v) != len(fp):
-		return fp, false, fmt.Errorf("%w: secret fingerprint of %d bytes", ErrCorrupt, len(v))
+	err := b.pool.QueryRow(ctx, "SELECT value FROM settings WHERE name = $1", settingSecretFingerprint).Scan(&v)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
 	}
-	return [32]byte(v), true, nil
+	return v, err
 }
 
 // AuditAfter implements txn.Queries: up to limit records with Seq > after,

@@ -62,7 +62,7 @@ import (
 
 // DefaultUsageHistory is how many accepted usage events UsageOf can return
 // per account unless Options says otherwise (boltstore's default too).
-const DefaultUsageHistory = 1000
+const DefaultUsageHistory = txn.DefaultUsageHistory
 
 // maxAttempts bounds how often one call runs its transaction when
 // PostgreSQL aborts it for a deadlock or a serialization failure; the
@@ -102,11 +102,9 @@ type backend struct {
 // database whose schema is newer than this build knows is refused with
 // ErrSchemaTooNew, before anything is written to it.
 func Open(ctx context.Context, url string, opts Options) (*Store, error) {
-	if opts.UsageHistory < 0 || opts.MaxConns < 0 {
+	history, err := txn.UsageHistory(opts.UsageHistory)
+	if err != nil || opts.MaxConns < 0 {
 		return nil, fmt.Errorf("%w: usage history %d, max conns %d", ledger.ErrInvalid, opts.UsageHistory, opts.MaxConns)
-	}
-	if opts.UsageHistory == 0 {
-		opts.UsageHistory = DefaultUsageHistory
 	}
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -126,7 +124,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
-	b := &backend{pool: pool, connCfg: cfg.ConnConfig, history: int64(opts.UsageHistory)}
+	b := &backend{pool: pool, connCfg: cfg.ConnConfig, history: int64(history)}
 	return &Store{Store: txn.New(b), pool: pool, b: b}, nil
 }
 

@@ -83,9 +83,7 @@ func affects(what string, n int) func(pgconn.CommandTag) error {
 }
 
 // collect runs query and scans its rows; no rows is nil.
-func collect[T any](ctx context.Context, q interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, scan func(pgx.Row) (T, error), query string, args ...any) ([]T, error) {
+func collect[T any](ctx context.Context, q querier, scan func(pgx.Row) (T, error), query string, args ...any) ([]T, error) {
 	rows, err := q.Query(ctx, query, args...)
 	if err != nil {
 		return nil, err

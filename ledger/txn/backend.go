@@ -26,6 +26,7 @@ package txn
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/ledger"
@@ -34,6 +35,23 @@ import (
 // MaxNameLen bounds caller-chosen names (deposit keys, key and token ids,
 // names and labels).
 const MaxNameLen = 256
+
+// DefaultUsageHistory is how many accepted usage events UsageOf can return
+// per account unless a backend's options say otherwise.
+const DefaultUsageHistory = 1000
+
+// UsageHistory reads a backend's option of how many of each account's most
+// recent accepted usage events it keeps: 0 means DefaultUsageHistory, and
+// below 0 is ErrInvalid.
+func UsageHistory(n int) (int, error) {
+	switch {
+	case n < 0:
+		return 0, fmt.Errorf("%w: usage history %d", ledger.ErrInvalid, n)
+	case n == 0:
+		return DefaultUsageHistory, nil
+	}
+	return n, nil
+}
 
 // Backend is a ledger backend as the scripts use it.
 type Backend interface {
@@ -48,8 +66,10 @@ type Backend interface {
 // Queries are the reads of ledger.Store a backend answers from its own
 // indexes, each from one snapshot. Store promotes them, and checks the
 // arguments of the paged and bounded ones (AccountPage, LeasePage,
-// UsagePage, AuditAfter) before it asks; from Ancestry it derives the
-// funding evidence.
+// UsagePage, AuditAfter) before it asks, and of those whose argument may
+// be what no record can hold (Children and Ancestry an id that is not
+// valid, LeasesOf and ExportMark text the backend cannot store); from
+// Ancestry it derives the funding evidence.
 type Queries interface {
 	Account(ctx context.Context, id core.AccountID) (ledger.Account, error)
 	Accounts(ctx context.Context) ([]ledger.Account, error)
@@ -75,7 +95,9 @@ type Queries interface {
 	Keys(ctx context.Context, account core.AccountID) ([]ledger.Key, error)
 	PlatformTokens(ctx context.Context) ([]ledger.PlatformToken, error)
 	AdminTokens(ctx context.Context) ([]ledger.AdminToken, error)
-	SecretFingerprint(ctx context.Context) (fp [32]byte, ok bool, err error)
+	// StoredFingerprint reads the server secret's fingerprint as stored:
+	// nil if none is; Store checks what it holds.
+	StoredFingerprint(ctx context.Context) ([]byte, error)
 	// AuditAfter is AuditLog after the checks: after below the largest
 	// sequence, limit positive.
 	AuditAfter(ctx context.Context, after uint64, limit int) ([]ledger.AuditRecord, error)

@@ -236,6 +236,19 @@ func (s *Store) RevokeAdminToken(ctx context.Context, id string) (t ledger.Admin
 	return t, nil
 }
 
+// SecretFingerprint implements ledger.Store: a stored fingerprint that is
+// not 32 bytes is ErrCorrupt.
+func (s *Store) SecretFingerprint(ctx context.Context) (fp [32]byte, ok bool, err error) {
+	v, err := s.b.StoredFingerprint(ctx)
+	switch {
+	case err != nil || v == nil:
+		return fp, false, err
+	case len(v) != len(fp):
+		return fp, false, fmt.Errorf("%w: secret fingerprint of %d bytes", ledger.ErrCorrupt, len(v))
+	}
+	return [32]byte(v), true, nil
+}
+
 // SetSecretFingerprint implements ledger.Store: the first fingerprint
 // wins, so every node sharing the ledger is held to the secret the first
 // one started with.

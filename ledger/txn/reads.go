@@ -31,10 +31,56 @@ func ReadAncestry(id core.AccountID, read func(core.AccountID) (*ledger.Account,
 	return an, nil
 }
 
+// CutPage cuts a page of at most limit items from items, which a backend
+// read with one to spare: an item beyond the limit means more follow, and
+// the page's next cursor is that of the last item kept.
+func CutPage[T any](items []T, limit int, cursor func(T) string) (page []T, next string) {
+	if len(items) <= limit {
+		return items, ""
+	}
+	return items[:limit], cursor(items[limit-1])
+}
+
+// Children implements ledger.Store. An id that is not valid names no
+// account.
+func (s *Store) Children(ctx context.Context, id core.AccountID) ([]core.AccountID, error) {
+	if id.Validate() != nil {
+		return nil, fmt.Errorf("%w: account %q", ledger.ErrNotFound, id)
+	}
+	return s.b.Children(ctx, id)
+}
+
+// Ancestry is the backend's (Queries) for a valid id; an id that is not
+// valid names no account.
+func (s *Store) Ancestry(ctx context.Context, id core.AccountID) (ledger.Ancestry, error) {
+	if id.Validate() != nil {
+		return nil, fmt.Errorf("%w: account %q", ledger.ErrNotFound, id)
+	}
+	return s.b.Ancestry(ctx, id)
+}
+
+// LeasesOf implements ledger.Store. A holder the backend cannot store
+// (TextChecker) holds no lease: Acquire refuses it.
+func (s *Store) LeasesOf(ctx context.Context, holder string) ([]ledger.Lease, error) {
+	if s.text("lease holder", holder, MaxNameLen) != nil {
+		return nil, nil
+	}
+	return s.b.LeasesOf(ctx, holder)
+}
+
+// ExportMark implements ledger.Store. A node the backend cannot store
+// (TextChecker) never settled: Settle refuses it.
+func (s *Store) ExportMark(ctx context.Context, node string) (uint64, error) {
+	if s.text("node", node, MaxNameLen) != nil {
+		return 0, nil
+	}
+	return s.b.ExportMark(ctx, node)
+}
+
 // Evidence implements ledger.Store, from the stored state: PeriodEnd tells
 // the reader until when it holds.
 func (s *Store) Evidence(ctx context.Context, id core.AccountID) (ledger.Evidence, error) {
-	an, err := s.b.Ancestry(ctx, id)
+	an, err := s.Ancestry(ctx, id)
 	if err != nil {
 		return ledger.Evidence{}, err
 	}
