@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -51,6 +52,7 @@ func bindNode(t testing.TB, shards int) *testNode {
 // spool if durable.
 func bindNodeAck(t testing.TB, shards int, durable bool) *testNode {
 	t.Helper()
+	useProcs(t, shards)
 	dir := t.TempDir()
 	store, err := boltstore.Open(filepath.Join(dir, "ledger.db"), boltstore.Options{})
 	if err != nil {
@@ -85,12 +87,24 @@ func bindNodeAck(t testing.TB, shards int, durable bool) *testNode {
 	exporter.Floor = n.Plane().Floor
 	tn.Node, tn.url = n, "http://"+n.Addr()
 	tn.prov = control.NewProvisioner(n.Plane(), store)
+	n.StartPlane()
 	t.Cleanup(func() {
 		n.Shutdown(time.Now().Add(2 * time.Second))
 		sp.Close()
 		store.Close()
 	})
 	return tn
+}
+
+// useProcs sizes GOMAXPROCS for shards as tollgated's main does (each
+// shard's locked thread holds a scheduler slot, and the plane needs one),
+// until the test ends.
+func useProcs(t testing.TB, shards int) {
+	prev := runtime.GOMAXPROCS(0)
+	if want := shards + 2; prev < want {
+		runtime.GOMAXPROCS(want)
+		t.Cleanup(func() { runtime.GOMAXPROCS(prev) })
+	}
 }
 
 func startNode(t testing.TB, shards int) *testNode {

@@ -98,6 +98,7 @@ func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err 
 	if err != nil {
 		return nil, err
 	}
+	useProcs(len(shardCPUs))
 	if err := openDataDir(cfg.dataDir); err != nil {
 		return nil, err
 	}
@@ -189,6 +190,7 @@ func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err 
 		log.Error().Err(err).Msg("a credential change could not reach the shards; it is in the ledger and loads at the next start")
 	}
 	prov.Store(d.prov)
+	d.node.StartPlane()
 	d.exporter.Changed = d.prov.UsageChanged
 	d.exporter.OnError = func(err error) {
 		log.Error().Err(err).Msg("usage export to the ledger failed; retrying (the usage stays in the spool)")

@@ -142,3 +142,15 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, st
 	log.Info().Msg("stopped")
 	return 0
 }
+
+// useProcs gives the Go scheduler two slots (Ps) beyond one per shard.
+// Each shard's locked thread holds a P whenever it is not blocked in a
+// syscall: with only one P per CPU, the control plane, the garbage
+// collector and the timers would run only in the gaps of the shards'
+// syscalls, and a shard returning from one would wait for its P — tail
+// latency. It never lowers GOMAXPROCS.
+func useProcs(shards int) {
+	if want := shards + 2; runtime.GOMAXPROCS(0) < want {
+		runtime.GOMAXPROCS(want)
+	}
+}
