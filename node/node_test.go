@@ -59,12 +59,10 @@ func bindNodeAck(t testing.TB, shards int, durable bool) *testNode {
 		t.Fatal(err)
 	}
 	tn := &testNode{store: store}
-	var plane atomic.Pointer[control.Plane]
-	sp, err := spool.Open(filepath.Join(dir, "spool"), spool.Options{OnDurable: func(uint64) {
-		if p := plane.Load(); p != nil {
-			p.Kick()
-		}
-	}})
+	// Only the plane appends to the spool, and it runs once plane is set
+	// (StartPlane, below): the callback never sees it unset.
+	var plane *control.Plane
+	sp, err := spool.Open(filepath.Join(dir, "spool"), spool.Options{OnDurable: func(uint64) { plane.Kick() }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +81,7 @@ func bindNodeAck(t testing.TB, shards int, durable bool) *testNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plane.Store(n.Plane())
+	plane = n.Plane()
 	exporter.Floor = n.Plane().Floor
 	tn.Node, tn.url = n, "http://"+n.Addr()
 	tn.prov = control.NewProvisioner(n.Plane(), store)
