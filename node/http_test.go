@@ -132,7 +132,6 @@ func TestSlowClientDoesNotBlockTheShard(t *testing.T) {
 // sockets (64 keep-alive connections, raw clients that reuse their buffers)
 // and reports the node's heap allocations per request in steady state.
 func BenchmarkCheckOverSockets(b *testing.B) {
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0)) // the node raises it
 	tn := startNode(b, 1)
 	tn.provision(b, "acme", "key-acme", core.Limits{MaxItems: 100, HoldTimeout: 10e9}, 1<<50)
 	const conns = 64

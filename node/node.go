@@ -8,7 +8,6 @@ package node
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"time"
 
@@ -69,14 +68,15 @@ type Node struct {
 	shutdown sync.Once
 }
 
-// Start brings a node up and opens it: Bind, then Open. It is for nodes
-// whose shards need no initial state (tests, benchmarks); a daemon binds,
-// provisions, then opens.
+// Start brings a node up and opens it: Bind, StartPlane, then Open. It is
+// for nodes whose shards need no initial state (tests, benchmarks); a
+// daemon binds, starts the plane, provisions, then opens.
 func Start(cfg Config) (*Node, error) {
 	n, err := Bind(cfg)
 	if err != nil {
 		return nil, err
 	}
+	n.StartPlane()
 	if err := n.Open(time.Now().Add(openTimeout)); err != nil {
 		n.Shutdown(time.Now())
 		return nil, err
@@ -84,11 +84,15 @@ func Start(cfg Config) (*Node, error) {
 	return n, nil
 }
 
-// Bind brings a node up without serving: rings, shards, the control plane,
-// and each shard's listener bound to the address but not listening. The
+// Bind brings a node up without serving: rings, shards, the control plane
+// (stopped until StartPlane), and each shard's listener bound to the
+// address but not listening. The
 // port is held (another process cannot take it, see httploop.CheckFree) and
-// clients are refused until Open. Provision the shards through the plane,
-// then call Open; Shutdown ends a node in either state.
+// clients are refused until Open. Start the plane, provision the shards
+// through it, then call Open; Shutdown ends a node in any of these states.
+//
+// The caller sizes GOMAXPROCS: each shard's locked thread holds a Go
+// scheduler slot whenever it is not blocked in a syscall (cmd/tollgated).
 func Bind(cfg Config) (*Node, error) {
 	if len(cfg.CPUs) == 0 {
 		return nil, errors.New("node: no CPUs to run shards on")
@@ -101,14 +105,6 @@ func Bind(cfg Config) (*Node, error) {
 	// the clients between two nodes that know different keys.
 	if err := httploop.CheckFree(cfg.Listen); err != nil {
 		return nil, fmt.Errorf("node: data-plane address: %w", err)
-	}
-	// Each shard's locked thread holds a Go scheduler slot (a P) whenever
-	// it is not blocked in a syscall. With only one P per CPU, the control
-	// plane, the garbage collector and the timers would run only in the gaps
-	// of the shards' syscalls, and a shard returning from one would wait for
-	// its P: tail latency. Two spare Ps keep them off the shards' backs.
-	if want := len(cfg.CPUs) + 2; runtime.GOMAXPROCS(0) < want {
-		runtime.GOMAXPROCS(want)
 	}
 	cfg.Plane.Syncing = new(shard.SpoolSyncing) // one per node, its shards and plane
 	n := &Node{cfg: cfg, stop: make(chan struct{})}
@@ -131,9 +127,16 @@ func Bind(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.plane = p
-	n.planeWG.Add(1)
-	go func() { defer n.planeWG.Done(); p.Run(n.stop) }()
 	return n, nil
+}
+
+// StartPlane runs the control plane. Bind leaves it stopped so that what
+// its effects reach (Plane.FundingChanged, KeysUsed, Announce) can be
+// built around it first; provisioning and Open need it running. Call it
+// once, after Bind.
+func (n *Node) StartPlane() {
+	n.planeWG.Add(1)
+	go func() { defer n.planeWG.Done(); n.plane.Run(n.stop) }()
 }
 
 // openTimeout bounds how long Start waits for the shards to take what the

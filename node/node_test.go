@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -51,18 +52,17 @@ func bindNode(t testing.TB, shards int) *testNode {
 // spool if durable.
 func bindNodeAck(t testing.TB, shards int, durable bool) *testNode {
 	t.Helper()
+	useProcs(t, shards)
 	dir := t.TempDir()
 	store, err := boltstore.Open(filepath.Join(dir, "ledger.db"), boltstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	tn := &testNode{store: store}
-	var plane atomic.Pointer[control.Plane]
-	sp, err := spool.Open(filepath.Join(dir, "spool"), spool.Options{OnDurable: func(uint64) {
-		if p := plane.Load(); p != nil {
-			p.Kick()
-		}
-	}})
+	// Only the plane appends to the spool, and it runs once plane is set
+	// (StartPlane, below): the callback never sees it unset.
+	var plane *control.Plane
+	sp, err := spool.Open(filepath.Join(dir, "spool"), spool.Options{OnDurable: func(uint64) { plane.Kick() }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,16 +81,28 @@ func bindNodeAck(t testing.TB, shards int, durable bool) *testNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plane.Store(n.Plane())
+	plane = n.Plane()
 	exporter.Floor = n.Plane().Floor
 	tn.Node, tn.url = n, "http://"+n.Addr()
 	tn.prov = control.NewProvisioner(n.Plane(), store)
+	n.StartPlane()
 	t.Cleanup(func() {
 		n.Shutdown(time.Now().Add(2 * time.Second))
 		sp.Close()
 		store.Close()
 	})
 	return tn
+}
+
+// useProcs sizes GOMAXPROCS for shards as tollgated's main does (each
+// shard's locked thread holds a scheduler slot, and the plane needs one),
+// until the test ends.
+func useProcs(t testing.TB, shards int) {
+	prev := runtime.GOMAXPROCS(0)
+	if want := shards + 2; prev < want {
+		runtime.GOMAXPROCS(want)
+		t.Cleanup(func() { runtime.GOMAXPROCS(prev) })
+	}
 }
 
 func startNode(t testing.TB, shards int) *testNode {

@@ -17,6 +17,7 @@ import (
 	"github.com/tollgated/tollgated/admin"
 	"github.com/tollgated/tollgated/affinity"
 	"github.com/tollgated/tollgated/control"
+	"github.com/tollgated/tollgated/daemon"
 	"github.com/tollgated/tollgated/spool"
 )
 
@@ -326,4 +327,104 @@ func (e eventArchive) check() error {
 		return fmt.Errorf("--event-archive-age %v: want 1m to 5 years", e.maxAge)
 	}
 	return nil
+}
+
+// daemonConfig is the daemon.Config the flags ask for. It reads what
+// parseConfig leaves alone: the --ledger-file, and the CPUs this process
+// may use.
+func (c *config) daemonConfig() (daemon.Config, error) {
+	ledgerURL, err := ledgerLocation(*c)
+	if err != nil {
+		return daemon.Config{}, err
+	}
+	cpus, err := shardCPUs(c.cpus, c.shards)
+	if err != nil {
+		return daemon.Config{}, err
+	}
+	var secret []byte
+	if c.secretHex != "" {
+		if secret, err = hex.DecodeString(c.secretHex); err != nil {
+			return daemon.Config{}, fmt.Errorf("--secret: %w", err)
+		}
+	}
+	l := c.loop
+	return daemon.Config{
+		Listen: c.listen, Admin: c.admin, AdminLimits: c.adminLimits.limits(),
+		CPUs: cpus, DataDir: c.dataDir, LedgerURL: ledgerURL, UsageHistory: c.usageHistory,
+		Secret: secret, SecretSource: c.secretSource(), AdminToken: c.adminToken, NodeID: c.nodeID,
+		DemoKey: c.demoKey, DemoUnits: c.demoUnits,
+		Durable: c.ack == "durable", ShutdownGrace: c.shutdownGrace, MaxInFlight: c.maxInFlight,
+		LeaseTTL: c.leaseTTL, LeaseGrace: c.leaseGrace, FundingWait: c.fundingWait,
+		EventRetention: c.retention, GroupCommit: c.groupCommit,
+		Events:         daemon.EventArchive{MaxBytes: c.events.maxBytes, MaxAge: c.events.maxAge, SegmentBytes: c.events.segmentBytes},
+		AuthzKeyHeader: c.authz.keyHeader,
+		Transport: daemon.Transport{MaxHeaderBytes: l.maxHeaderBytes, MaxBodyBytes: l.maxBodyBytes, MaxConns: l.maxConns,
+			MaxOutput: l.maxOutput, IdleTimeout: l.idle, HeaderTimeout: l.header, BodyTimeout: l.body},
+		Build: build(),
+	}, nil
+}
+
+// secretSource says where --secret came from, for the error that refuses
+// it ("" when the data directory's secret is used).
+func (c *config) secretSource() string {
+	switch {
+	case c.secretFile != "":
+		return "--secret-file " + c.secretFile
+	case c.secretHex != "":
+		return "--secret (or TOLLGATED_SECRET)"
+	}
+	return ""
+}
+
+// shardCPUs is one CPU per shard: --cpus (default: the CPUs this process
+// may use), cycled through for --shards of them (default: one each).
+func shardCPUs(cpus []int, shards int) ([]int, error) {
+	if len(cpus) == 0 {
+		var err error
+		if cpus, err = affinity.Allowed(); err != nil {
+			return nil, fmt.Errorf("listing allowed CPUs: %w", err)
+		}
+	}
+	n := shards
+	if n == 0 {
+		n = len(cpus)
+	}
+	out := make([]int, n)
+	for i := range out {
+		out[i] = cpus[i%len(cpus)]
+	}
+	return out, nil
+}
+
+// checkLedgerFlags validates --ledger and --ledger-file (at most one; a
+// URL must be PostgreSQL's).
+func checkLedgerFlags(ledgerURL, file string) error {
+	if ledgerURL != "" && file != "" {
+		return fmt.Errorf("--ledger and --ledger-file both set: give the URL once")
+	}
+	if ledgerURL != "" && !isPostgresURL(ledgerURL) {
+		return fmt.Errorf("--ledger: want a postgres:// or postgresql:// URL (or nothing, for the embedded file)")
+	}
+	return nil
+}
+
+func isPostgresURL(s string) bool {
+	return strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://")
+}
+
+// ledgerLocation returns the PostgreSQL URL the configuration names (read
+// from --ledger-file if that is set), or "" for the embedded file.
+func ledgerLocation(cfg config) (string, error) {
+	if cfg.ledgerURLFile == "" {
+		return cfg.ledgerURL, nil
+	}
+	b, err := os.ReadFile(cfg.ledgerURLFile)
+	if err != nil {
+		return "", fmt.Errorf("--ledger-file: %w", err)
+	}
+	u := strings.TrimSpace(string(b))
+	if !isPostgresURL(u) {
+		return "", fmt.Errorf("--ledger-file %s: want one postgres:// or postgresql:// URL", cfg.ledgerURLFile)
+	}
+	return u, nil
 }

@@ -5,7 +5,7 @@
 // on --listen and the admin API on --admin, and shuts down in the safe
 // order on SIGTERM (see docs/DESIGN.md). "tollgated spool verify" and
 // "tollgated spool quarantine" examine and repair a damaged usage spool
-// (docs/RUNBOOK.md).
+// (docs/RUNBOOK.md). The node itself is assembled by package daemon.
 package main
 
 import (
@@ -15,56 +15,14 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"runtime/debug"
 	"runtime/pprof"
-	"strings"
 	"syscall"
 
 	"github.com/rs/zerolog"
 
+	"github.com/tollgated/tollgated/daemon"
 	"github.com/tollgated/tollgated/invariant"
 )
-
-// version is set at link time (-ldflags "-X main.version=v1.2.3"); without
-// it the module version from the build info is reported.
-var version = ""
-
-// buildInfo is what the binary knows of its build: its version (set at
-// link time, else the module's: "devel" when built from a checkout), the
-// VCS revision it was built from ("+dirty" when the tree had changes;
-// "unknown" outside a checkout) and the Go version. --version prints it;
-// the tollgated_build_info metric carries it.
-func buildInfo() (ver, revision, goVersion string) {
-	ver, revision, goVersion = version, "unknown", runtime.Version()
-	bi, ok := debug.ReadBuildInfo()
-	if ok {
-		if ver == "" {
-			ver = strings.Trim(bi.Main.Version, "()") // "(devel)" from a checkout
-		}
-		goVersion = bi.GoVersion
-		dirty := false
-		for _, s := range bi.Settings {
-			switch {
-			case s.Key == "vcs.revision":
-				revision = s.Value
-			case s.Key == "vcs.modified" && s.Value == "true":
-				dirty = true
-			}
-		}
-		if dirty && revision != "unknown" {
-			revision += "+dirty"
-		}
-	}
-	if ver == "" {
-		ver = "unknown"
-	}
-	return ver, revision, goVersion
-}
-
-func versionString() string {
-	ver, revision, goVersion := buildInfo()
-	return fmt.Sprintf("%s (revision %s, %s)", ver, revision, goVersion)
-}
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr, nil))
@@ -87,22 +45,11 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, st
 		fmt.Fprintf(stderr, "tollgated: %v\n", err)
 		return 2
 	}
-	log := zerolog.New(stderr).Level(cfg.logLevel).With().Timestamp().Logger()
-	invariant.OnViolation(func(k invariant.Kind, detail string) {
-		log.Error().Str("invariant", k.String()).Str("detail", detail).Msg("BUG: a broken invariant (tollgated_invariant_violations_total)")
-	})
-	// The names come from the process environment: getenv answers values
-	// only, and a typo is a name no flag asks for.
-	for _, name := range unknownEnv(os.Environ(), cfg.knownEnv) {
-		log.Warn().Str("variable", name).Msg("unknown TOLLGATED_ environment variable: no flag reads it, so it does nothing (see --help)")
-	}
+	log := newLogger(cfg, stderr)
 	if stop == nil {
-		sig := make(chan os.Signal, 1)
-		signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-		defer signal.Stop(sig)
-		ch := make(chan struct{})
-		go func() { <-sig; close(ch) }()
-		stop = ch
+		var stopSignals func()
+		stop, stopSignals = signalled()
+		defer stopSignals()
 	}
 	stopTracing, err := startTracing(os.Environ(), log)
 	if err != nil {
@@ -111,26 +58,27 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, st
 	}
 	defer stopTracing()
 	if cfg.cpuProfile != "" {
-		f, err := os.Create(cfg.cpuProfile)
+		stopProfile, err := startProfile(cfg.cpuProfile)
 		if err != nil {
 			fmt.Fprintf(stderr, "tollgated: %v\n", err)
 			return 1
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			fmt.Fprintf(stderr, "tollgated: %v\n", err)
-			return 1
-		}
-		defer pprof.StopCPUProfile()
+		defer stopProfile()
 	}
-	d, err := startDaemon(cfg, log, stdout)
+	dcfg, err := cfg.daemonConfig()
+	if err != nil {
+		log.Error().Err(err).Msg("start failed")
+		return 1
+	}
+	useProcs(len(dcfg.CPUs))
+	d, err := daemon.Open(dcfg, log, stdout)
 	if err != nil {
 		log.Error().Err(err).Msg("start failed")
 		return 1
 	}
 	select {
 	case <-stop:
-	case err := <-d.failed:
+	case err := <-d.Failed():
 		// Fail-stop: what was acknowledged is on disk, and the safe
 		// shutdown order would write to the ledger under a name another
 		// process now holds.
@@ -138,7 +86,56 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, st
 		return 1
 	}
 	log.Info().Msg("shutting down")
-	d.shutdown()
+	d.Close()
 	log.Info().Msg("stopped")
 	return 0
+}
+
+// newLogger is the process's logger at the configured level. It also
+// logs every broken invariant, and warns of TOLLGATED_ variables no flag
+// reads: the names come from the process environment (getenv answers
+// values only), and a typo is a name no flag asks for.
+func newLogger(cfg config, stderr io.Writer) zerolog.Logger {
+	log := zerolog.New(stderr).Level(cfg.logLevel).With().Timestamp().Logger()
+	invariant.OnViolation(func(k invariant.Kind, detail string) {
+		log.Error().Str("invariant", k.String()).Str("detail", detail).Msg("BUG: a broken invariant (tollgated_invariant_violations_total)")
+	})
+	for _, name := range unknownEnv(os.Environ(), cfg.knownEnv) {
+		log.Warn().Str("variable", name).Msg("unknown TOLLGATED_ environment variable: no flag reads it, so it does nothing (see --help)")
+	}
+	return log
+}
+
+// signalled is closed on SIGTERM or SIGINT; release stops listening.
+func signalled() (stop <-chan struct{}, release func()) {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	ch := make(chan struct{})
+	go func() { <-sig; close(ch) }()
+	return ch, func() { signal.Stop(sig) }
+}
+
+// startProfile writes a CPU profile of the run to path until stop.
+func startProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// useProcs gives the Go scheduler two slots (Ps) beyond one per shard.
+// Each shard's locked thread holds a P whenever it is not blocked in a
+// syscall: with only one P per CPU, the control plane, the garbage
+// collector and the timers would run only in the gaps of the shards'
+// syscalls, and a shard returning from one would wait for its P — tail
+// latency. It never lowers GOMAXPROCS.
+func useProcs(shards int) {
+	if want := shards + 2; runtime.GOMAXPROCS(0) < want {
+		runtime.GOMAXPROCS(want)
+	}
 }

@@ -178,9 +178,6 @@ func TestLedgerFlags(t *testing.T) {
 	if loc, lerr := ledgerLocation(c); err != nil || lerr != nil || loc != "postgresql://u:secret@db.example/ledger" {
 		t.Fatalf("TOLLGATED_LEDGER_FILE: %q, %v, %v", loc, err, lerr)
 	}
-	if r := redacted("postgresql://u:secret@db.example/ledger"); strings.Contains(r, "secret") {
-		t.Fatalf("redacted URL %q shows the password", r)
-	}
 	for _, bad := range [][]string{
 		{"--ledger", "/var/lib/ledger.db"},
 		{"--ledger", "postgres://a/b", "--ledger-file", file},

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/tollgated/tollgated/daemon"
 	"github.com/tollgated/tollgated/spool"
 )
 
@@ -64,7 +65,7 @@ func runSpool(args []string, getenv func(string) string, stdout, stderr io.Write
 		fmt.Fprintf(stderr, "tollgated spool %s: unexpected argument %q\n", command, fs.Arg(0))
 		return exitUsage
 	}
-	dir := filepath.Join(*dataDir, spoolDir)
+	dir := filepath.Join(*dataDir, daemon.SpoolDir)
 	switch command {
 	case "verify":
 		return spoolVerify(dir, stdout, stderr)

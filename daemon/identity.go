@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package daemon
 
 import (
 	"context"
@@ -31,7 +31,7 @@ import (
 var errIdentity = control.ErrIdentity
 
 // spoolIdentity is what the opened spool says of its node.
-func (d *daemon) spoolIdentity() (control.SpoolIdentity, error) {
+func (d *Daemon) spoolIdentity() (control.SpoolIdentity, error) {
 	var si control.SpoolIdentity
 	if owner := d.spool.Owner(); owner != "" {
 		node, n, err := parseOwner(owner)
@@ -50,14 +50,14 @@ func (d *daemon) spoolIdentity() (control.SpoolIdentity, error) {
 // data directory of an incarnation the ledger has replaced is stale: its
 // spool is billed and its leases settled (drainStale), and the start is
 // refused.
-func (d *daemon) establishIdentity(ctx context.Context, cfg config) error {
-	stored, err := storedNodeID(cfg)
+func (d *Daemon) establishIdentity(ctx context.Context) error {
+	stored, err := storedNodeID(d.cfg)
 	if err != nil {
 		return err
 	}
 	id := stored
 	if id == "" {
-		id = cfg.nodeID
+		id = d.cfg.NodeID
 	}
 	if id != "" {
 		if err := validNodeID(id); err != nil {
@@ -68,11 +68,11 @@ func (d *daemon) establishIdentity(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
-	spoolInc, err := matchSpool(cfg, id, si)
+	spoolInc, err := matchSpool(d.cfg, id, si)
 	if err != nil {
 		return err
 	}
-	if err := d.matchEmbeddedLedger(ctx, cfg, id); err != nil {
+	if err := d.matchEmbeddedLedger(ctx, id); err != nil {
 		return err
 	}
 	if id == "" {
@@ -84,17 +84,17 @@ func (d *daemon) establishIdentity(ctx context.Context, cfg config) error {
 		if err != nil {
 			return err
 		}
-		return d.drainStale(ctx, cfg, id, spoolInc, cur)
+		return d.drainStale(ctx, id, spoolInc, cur)
 	}
 	if err := d.claim(ctx, id); err != nil {
 		return err
 	}
-	inc, err := d.store.Incarnate(ctx, id, spoolInc, int64(cfg.leaseGrace), time.Now().UnixNano())
+	inc, err := d.store.Incarnate(ctx, id, spoolInc, int64(d.cfg.LeaseGrace), time.Now().UnixNano())
 	if err != nil {
-		return incarnationHint(err, cfg)
+		return incarnationHint(err, d.cfg)
 	}
 	if stored == "" {
-		if err := storeNodeID(cfg, id); err != nil {
+		if err := storeNodeID(d.cfg, id); err != nil {
 			return fmt.Errorf("storing the node id: %w", err)
 		}
 	}
@@ -105,14 +105,14 @@ func (d *daemon) establishIdentity(ctx context.Context, cfg config) error {
 	}
 	d.inc = inc
 	if spoolInc == 0 && inc.Number > 1 {
-		d.reportSuperseded(ctx, cfg, inc)
+		d.reportSuperseded(ctx, inc)
 	}
 	return nil
 }
 
 // matchSpool checks the node id against the spool's owner (control.MatchSpool).
-func matchSpool(cfg config, id string, si control.SpoolIdentity) (uint64, error) {
-	return control.MatchSpool(cfg.dataDir, spoolDir, nodeIDFile, id, si)
+func matchSpool(cfg Config, id string, si control.SpoolIdentity) (uint64, error) {
+	return control.MatchSpool(cfg.DataDir, SpoolDir, NodeIDFile, id, si)
 }
 
 // matchEmbeddedLedger refuses a node id the data directory's own ledger
@@ -120,7 +120,8 @@ func matchSpool(cfg config, id string, si control.SpoolIdentity) (uint64, error)
 // other id's leases and export mark, so under a new id its spool would be
 // billed again and its leases forfeited. A PostgreSQL ledger serves a
 // fleet: there any id may start.
-func (d *daemon) matchEmbeddedLedger(ctx context.Context, cfg config, id string) error {
+func (d *Daemon) matchEmbeddedLedger(ctx context.Context, id string) error {
+	dataDir := d.cfg.DataDir
 	if _, embedded := d.store.(*boltstore.Store); !embedded {
 		return nil
 	}
@@ -135,10 +136,10 @@ func (d *daemon) matchEmbeddedLedger(ctx context.Context, cfg config, id string)
 	for _, i := range known {
 		ids = append(ids, i.Node)
 	}
-	ledgerPath := filepath.Join(cfg.dataDir, ledgerFile)
+	ledgerPath := filepath.Join(dataDir, LedgerFile)
 	if id == "" {
 		return fmt.Errorf("%w: the ledger %s served node %q, but %s has no node-id file (lost, or restored without it): start with --node-id %s (or restore %s), see docs/RUNBOOK.md",
-			errIdentity, ledgerPath, ids[0], cfg.dataDir, ids[0], filepath.Join(cfg.dataDir, nodeIDFile))
+			errIdentity, ledgerPath, ids[0], dataDir, ids[0], filepath.Join(dataDir, NodeIDFile))
 	}
 	return fmt.Errorf("%w: the ledger %s served node %q, not %q: start with --node-id %s (docs/RUNBOOK.md)",
 		errIdentity, ledgerPath, ids[0], id, ids[0])
@@ -148,7 +149,7 @@ func (d *daemon) matchEmbeddedLedger(ctx context.Context, cfg config, id string)
 // ledger has since replaced, and the ledger's current one. Incarnations
 // only ever grow, so what this read says cannot be undone by the time the
 // spool is drained.
-func (d *daemon) isStale(ctx context.Context, id string, spoolInc uint64) (bool, ledger.Incarnation, error) {
+func (d *Daemon) isStale(ctx context.Context, id string, spoolInc uint64) (bool, ledger.Incarnation, error) {
 	if spoolInc == 0 {
 		return false, ledger.Incarnation{}, nil
 	}
@@ -169,7 +170,7 @@ func (d *daemon) isStale(ctx context.Context, id string, spoolInc uint64) (bool,
 // another process take the id while this one was cut off from the
 // database, this one stops (d.failed): two processes would bill under one
 // name.
-func (d *daemon) claim(ctx context.Context, id string) error {
+func (d *Daemon) claim(ctx context.Context, id string) error {
 	pg, ok := d.store.(*pgstore.Store)
 	if !ok {
 		return nil
@@ -192,20 +193,20 @@ func (d *daemon) claim(ctx context.Context, id string) error {
 }
 
 // incarnationHint adds the way out to a refused incarnation.
-func incarnationHint(err error, cfg config) error {
+func incarnationHint(err error, cfg Config) error {
 	ie, ok := errors.AsType[*ledger.IncarnationError](err)
 	if !ok || !errors.Is(err, ledger.ErrUnknownIncarnation) {
 		return err
 	}
 	return fmt.Errorf("%w: the usage spool in %s is incarnation %d of node %q, which this ledger never recorded (it is at %d): "+
 		"the ledger was restored from a backup older than the data directory, or the data directory is another ledger's (docs/RUNBOOK.md)",
-		errIdentity, filepath.Join(cfg.dataDir, spoolDir), ie.Spool, ie.Current.Node, ie.Current.Number)
+		errIdentity, filepath.Join(cfg.DataDir, SpoolDir), ie.Spool, ie.Current.Node, ie.Current.Number)
 }
 
 // reportSuperseded says, once, what starting a new incarnation cost: the
 // incarnation before it lost its data directory, and with it the usage its
 // spool held and had not billed; its leases are not this one's to release.
-func (d *daemon) reportSuperseded(ctx context.Context, cfg config, inc ledger.Incarnation) {
+func (d *Daemon) reportSuperseded(ctx context.Context, inc ledger.Incarnation) {
 	prev := ledger.HolderOf(inc.Node, inc.Number-1)
 	leases, err := d.store.LeasesOf(ctx, prev)
 	mark, merr := d.store.ExportMark(ctx, prev)
@@ -222,7 +223,7 @@ func (d *daemon) reportSuperseded(ctx context.Context, cfg config, inc ledger.In
 		}
 		active++
 		held += uint64(l.Granted - min(l.Used, l.Granted))
-		if at, ok := ledger.ReclaimableAt(&l, int64(cfg.leaseGrace)); ok {
+		if at, ok := ledger.ReclaimableAt(&l, int64(d.cfg.LeaseGrace)); ok {
 			forfeitBy = max(forfeitBy, at)
 		}
 	}

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"crypto/rand"
@@ -14,9 +14,9 @@ import (
 	"github.com/tollgated/tollgated/ledger"
 )
 
-// nodeIDFile keeps the node's id in the data directory, so a node that
+// NodeIDFile keeps the node's id in the data directory, so a node that
 // restarts is the same holder of the leases it held (same-node recovery).
-const nodeIDFile = "node-id"
+const NodeIDFile = "node-id"
 
 // maxNodeID bounds a node id (it is stored on every lease).
 const maxNodeID = 64
@@ -24,8 +24,8 @@ const maxNodeID = 64
 // storedNodeID is the id the data directory's node-id file holds ("" if
 // there is none), checked against --node-id: a data directory belongs to
 // one node.
-func storedNodeID(cfg config) (string, error) {
-	path := filepath.Join(cfg.dataDir, nodeIDFile)
+func storedNodeID(cfg Config) (string, error) {
+	path := filepath.Join(cfg.DataDir, NodeIDFile)
 	b, err := os.ReadFile(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -37,8 +37,8 @@ func storedNodeID(cfg config) (string, error) {
 	if err := validNodeID(stored); err != nil {
 		return "", fmt.Errorf("%s: %w", path, err)
 	}
-	if cfg.nodeID != "" && cfg.nodeID != stored {
-		return "", fmt.Errorf("--node-id %q, but the data directory belongs to node %q (%s): a data directory is one node's", cfg.nodeID, stored, path)
+	if cfg.NodeID != "" && cfg.NodeID != stored {
+		return "", fmt.Errorf("--node-id %q, but the data directory belongs to node %q (%s): a data directory is one node's", cfg.NodeID, stored, path)
 	}
 	return stored, nil
 }
@@ -53,8 +53,8 @@ func newNodeID() (string, error) {
 }
 
 // storeNodeID writes id into the data directory's node-id file, durably.
-func storeNodeID(cfg config, id string) error {
-	return writeFileDurably(filepath.Join(cfg.dataDir, nodeIDFile), []byte(id+"\n"), 0o600)
+func storeNodeID(cfg Config, id string) error {
+	return writeFileDurably(filepath.Join(cfg.DataDir, NodeIDFile), []byte(id+"\n"), 0o600)
 }
 
 func validNodeID(id string) error {

@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package daemon
 
 import (
 	"context"
@@ -22,7 +22,7 @@ import (
 )
 
 // The checks start-up makes before it serves anything, and the warnings it
-// gives, in the order startDaemon calls them.
+// gives, in the order Open calls them.
 
 // checkAddresses refuses to start when another process already serves the
 // data-plane or the admin address. With SO_REUSEPORT a second daemon would
@@ -30,10 +30,10 @@ import (
 // split the clients between two nodes with different keys. node.Bind checks
 // the data-plane address again just before it binds; this early check fails
 // before the ledger and the spool are opened.
-func checkAddresses(cfg config) error {
+func checkAddresses(cfg Config) error {
 	for _, a := range []struct{ what, flag, addr string }{
-		{"data-plane", "--listen", cfg.listen},
-		{"admin", "--admin", cfg.admin},
+		{"data-plane", "--listen", cfg.Listen},
+		{"admin", "--admin", cfg.Admin},
 	} {
 		err := httploop.CheckFree(a.addr)
 		switch {
@@ -49,12 +49,12 @@ func checkAddresses(cfg config) error {
 // warnAboutExposure warns of set-ups that work but hand control to others:
 // an admin API reachable beyond this machine, and a data directory others
 // may write (the ledger, the spool and the server secret live there).
-func warnAboutExposure(cfg config, log zerolog.Logger) {
-	if !loopbackOnly(cfg.admin) {
-		log.Warn().Str("admin", cfg.admin).Msg("the admin API listens beyond loopback: whoever reaches it with the admin token controls every account; bind it to 127.0.0.1 or firewall it")
+func warnAboutExposure(cfg Config, log zerolog.Logger) {
+	if !loopbackOnly(cfg.Admin) {
+		log.Warn().Str("admin", cfg.Admin).Msg("the admin API listens beyond loopback: whoever reaches it with the admin token controls every account; bind it to 127.0.0.1 or firewall it")
 	}
-	if fi, err := os.Stat(cfg.dataDir); err == nil && fi.Mode().Perm()&0o022 != 0 {
-		log.Warn().Str("data_dir", cfg.dataDir).Str("mode", fmt.Sprintf("%#o", fi.Mode().Perm())).
+	if fi, err := os.Stat(cfg.DataDir); err == nil && fi.Mode().Perm()&0o022 != 0 {
+		log.Warn().Str("data_dir", cfg.DataDir).Str("mode", fmt.Sprintf("%#o", fi.Mode().Perm())).
 			Msg("the data directory is writable by group or others: they could replace the ledger, the spool or the server secret; chmod go-w it")
 	}
 }
@@ -84,9 +84,9 @@ func loopbackOnly(addr string) bool {
 	return true
 }
 
-// secretFingerprint identifies the server secret without revealing it: an
+// SecretFingerprint identifies the server secret without revealing it: an
 // HMAC-SHA256 under the secret of a fixed label.
-func secretFingerprint(secret []byte) [32]byte {
+func SecretFingerprint(secret []byte) [32]byte {
 	m := hmac.New(sha256.New, secret)
 	m.Write([]byte("tollgated server secret fingerprint v1"))
 	var fp [32]byte
@@ -99,8 +99,8 @@ func secretFingerprint(secret []byte) [32]byte {
 // with another secret every existing key would be answered 401. A ledger
 // without a fingerprint (new, or from before fingerprints) adopts this
 // secret's.
-func matchSecret(ctx context.Context, store ledger.Store, cfg config, secret []byte, log zerolog.Logger) error {
-	want := secretFingerprint(secret)
+func matchSecret(ctx context.Context, store ledger.Store, cfg Config, secret []byte, log zerolog.Logger) error {
+	want := SecretFingerprint(secret)
 	have, ok, err := store.SecretFingerprint(ctx)
 	if err != nil {
 		return fmt.Errorf("reading the server secret's fingerprint: %w", err)
@@ -121,7 +121,7 @@ func matchSecret(ctx context.Context, store ledger.Store, cfg config, secret []b
 	}
 	if !hmac.Equal(have[:], want[:]) {
 		return fmt.Errorf("the server secret from %s is not the one this ledger's keys were issued under (its fingerprint differs): "+
-			"every existing key would be refused; start with the secret %s was first started with: %w", secretSource(cfg), cfg.dataDir, errSecretMismatch)
+			"every existing key would be refused; start with the secret %s was first started with: %w", secretSource(cfg), cfg.DataDir, errSecretMismatch)
 	}
 	return nil
 }
@@ -133,19 +133,19 @@ func matchSecret(ctx context.Context, store ledger.Store, cfg config, secret []b
 var errSecretMismatch = errors.New("secret mismatch")
 
 // secretSource says where the server secret came from, for messages.
-func secretSource(cfg config) string {
+func secretSource(cfg Config) string {
 	switch {
-	case cfg.secretFile != "":
-		return "--secret-file " + cfg.secretFile
-	case cfg.secretHex != "":
-		return "--secret (or TOLLGATED_SECRET)"
+	case cfg.SecretSource != "":
+		return cfg.SecretSource
+	case cfg.Secret != nil:
+		return "the configuration"
 	}
-	return filepath.Join(cfg.dataDir, secretFile)
+	return filepath.Join(cfg.DataDir, SecretFile)
 }
 
 // openDataPlane opens the node's listeners once the plane has delivered the
 // ledger's state to every shard (node.Open), and reports each shard.
-func (d *daemon) openDataPlane() error {
+func (d *Daemon) openDataPlane() error {
 	if err := d.node.Open(time.Now().Add(time.Minute)); err != nil {
 		return fmt.Errorf("opening the data plane: %w", err)
 	}
@@ -164,7 +164,7 @@ func (d *daemon) openDataPlane() error {
 // the same. A spool numbered on to the mark without a cut (its last
 // records zeroed at a record boundary, or lost in a quarantine) gets a
 // WARN of its own.
-func (d *daemon) reportSpoolRecovery(r control.Recovery) {
+func (d *Daemon) reportSpoolRecovery(r control.Recovery) {
 	dr := d.spool.Dropped()
 	if dr.Bytes == 0 {
 		if r.Holes > 0 {

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"crypto/rand"
@@ -13,7 +13,7 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// The data directory holds everything tollgated keeps:
+// The data directory holds everything tollgated keeps, under these names:
 //
 //	ledger.db  the ledger (bbolt): accounts, money, leases, keys, audit;
 //	           absent when --ledger names a PostgreSQL database
@@ -21,10 +21,10 @@ import (
 //	events/    billed usage kept for GET /v1/events (the spool's archive)
 //	secret     the server secret for key digests (when --secret is not given)
 const (
-	ledgerFile = "ledger.db"
-	spoolDir   = "spool"
-	eventsDir  = "events"
-	secretFile = "secret"
+	LedgerFile = "ledger.db"
+	SpoolDir   = "spool"
+	EventsDir  = "events"
+	SecretFile = "secret"
 )
 
 func openDataDir(dir string) error {
@@ -34,17 +34,16 @@ func openDataDir(dir string) error {
 	return nil
 }
 
-// serverSecret is --secret, or the secret stored in the data directory,
-// created on first start: keys issued by the admin API are digests under
-// it, so it must outlive restarts. generated says this call created the
-// file (written before the ledger adopts it: a crash in between must not
-// leave a ledger bound to a secret no file holds).
-func serverSecret(cfg config, log zerolog.Logger) (secret []byte, generated bool, err error) {
-	if cfg.secretHex != "" {
-		secret, err = hex.DecodeString(cfg.secretHex)
-		return secret, false, err
+// serverSecret is Config.Secret, or the secret stored in the data
+// directory, created on first start: keys issued by the admin API are
+// digests under it, so it must outlive restarts. generated says this call
+// created the file (written before the ledger adopts it: a crash in
+// between must not leave a ledger bound to a secret no file holds).
+func serverSecret(cfg Config, log zerolog.Logger) (secret []byte, generated bool, err error) {
+	if cfg.Secret != nil {
+		return cfg.Secret, false, nil
 	}
-	path := filepath.Join(cfg.dataDir, secretFile)
+	path := filepath.Join(cfg.DataDir, SecretFile)
 	b, err := os.ReadFile(path)
 	if err == nil {
 		s, err := hex.DecodeString(strings.TrimSpace(string(b)))

@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package daemon
 
 import (
 	"context"
@@ -23,7 +23,7 @@ import (
 // prepareFollower takes the change log's head, before the node loads the
 // ledger (so nothing committed after the load is missed), and builds the
 // follower; on the embedded ledger it does nothing.
-func (d *daemon) prepareFollower(ctx context.Context) error {
+func (d *Daemon) prepareFollower(ctx context.Context) error {
 	pg, ok := d.store.(*pgstore.Store)
 	if !ok {
 		return nil
@@ -61,12 +61,12 @@ func (d *daemon) prepareFollower(ctx context.Context) error {
 // announcer is what the plane announces to the other nodes of a fleet
 // through, on PostgreSQL (nil on the embedded ledger: one node, no one to
 // tell). Each announcement is bounded by a second: it is a hint.
-func (d *daemon) announcer(holder string) func(plane.Announcement) {
+func (d *Daemon) announcer(holder string) func(plane.Announcement) {
 	pg, ok := d.store.(*pgstore.Store)
 	if !ok {
 		return nil
 	}
-	d.announce = &fleet.Announcements{Source: pg, Holder: holder,
+	d.announce = &fleet.Announcements{Source: pg, Holder: holder, Plane: d.route,
 		OnError: func(err error) { d.log.Warn().Err(err).Msg("an announcement to the fleet could not be sent") }}
 	return func(a plane.Announcement) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -78,7 +78,7 @@ func (d *daemon) announcer(holder string) func(plane.Announcement) {
 // follow runs the follower of the change log and of the funds
 // announcements until stop closes, and returns a function that
 // waits for it to end.
-func (d *daemon) follow(stop <-chan struct{}) (wait func()) {
+func (d *Daemon) follow(stop <-chan struct{}) (wait func()) {
 	if d.follower == nil {
 		return func() {}
 	}

@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package daemon
 
 import (
 	"context"
@@ -12,8 +12,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,7 +21,6 @@ import (
 	"github.com/tollgated/tollgated/admin"
 	"github.com/tollgated/tollgated/affinity"
 	"github.com/tollgated/tollgated/control"
-	"github.com/tollgated/tollgated/control/plane"
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/credential"
 	"github.com/tollgated/tollgated/fleet"
@@ -35,26 +32,34 @@ import (
 	"github.com/tollgated/tollgated/spool"
 )
 
-// daemon is a running tollgated: the ledger and the spool in the data
+// Daemon is a running tollgated: the ledger and the spool in the data
 // directory, the node (shards and control plane), the exporter and the
 // ledger's maintenance, and the admin API.
-type daemon struct {
+//
+// Open builds it in dependency order: the ports, the data directory, the
+// ledger, the spool, the node's identity, recovery, the plane and shards,
+// the provisioner, the background work (exporter, maintenance, fleet
+// followers), the admin API, and last the data plane's listeners. Close
+// undoes it in the safe order (see Close); an Open that fails undoes what
+// it did in reverse (close).
+type Daemon struct {
+	cfg      Config
 	log      zerolog.Logger
+	out      io.Writer // where the generated admin token is printed, once
 	store    ledger.Store
 	spool    *spool.Spool
 	noted    *notedSpool // the spool as the plane and the exporter read it
+	route    *router     // the effects that cross the construction order
 	node     *node.Node
 	exporter *control.Exporter
 	prov     *control.Provisioner
 	claims   *control.PostPaidClaims
 	admin    *http.Server
 	adminAPI *admin.Server // the admin API Serve serves on admin
-	stop     chan struct{}
-	done     chan struct{}
-	grace    time.Duration
-	out      io.Writer                     // where the generated admin token is printed, once
-	plane    atomic.Pointer[control.Plane] // for the spool's durability callback
-	exported atomic.Pointer[control.Exporter]
+	// The background work (exporter, maintenance, fleet followers) runs
+	// until stop closes, and closes done when it has ended.
+	stop, done chan struct{}
+	background bool // it was started and not yet stopped
 	// On a PostgreSQL ledger (fleet.go): the change log's follower, the
 	// change it follows from and its lag, and the funds announcements'
 	// follower and its refreshes.
@@ -77,69 +82,42 @@ type daemon struct {
 	// droppedRecords is what recovery found the spool's cut tail held
 	// (reportSpoolRecovery): the metric says what the WARN said.
 	droppedRecords uint64
+	adminAddr      string
 }
 
-// startDaemon brings tollgated up in dependency order; on any failure it
-// closes what it opened.
-func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err error) {
-	ports, err := claimAddresses(cfg) // held until the daemon has stopped (close)
-	if err != nil {
+// Open brings tollgated up in dependency order, and serves once the
+// shards hold the ledger's state; on any failure it closes what it opened
+// and returns why. out receives the admin token Open generates, once.
+func Open(cfg Config, log zerolog.Logger, out io.Writer) (_ *Daemon, err error) {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	defer func() {
-		if err != nil {
-			ports.release()
-		}
-	}()
-	if err := checkAddresses(cfg); err != nil {
-		return nil, err
-	}
-	shardCPUs, err := pickCPUs(cfg, log)
-	if err != nil {
-		return nil, err
-	}
-	if err := openDataDir(cfg.dataDir); err != nil {
-		return nil, err
-	}
-	warnAboutExposure(cfg, log)
-	secret, generatedSecret, err := serverSecret(cfg, log)
-	if err != nil {
-		return nil, err
-	}
-	hasher, err := credential.NewHasher(secret)
-	if err != nil {
-		return nil, err
-	}
-	d := &daemon{log: log, grace: cfg.shutdownGrace, stop: make(chan struct{}), done: make(chan struct{}), out: out,
-		ports: ports, failed: make(chan error, 1)}
+	d := &Daemon{cfg: cfg, log: log, out: out, stop: make(chan struct{}), done: make(chan struct{}),
+		failed: make(chan error, 1), storage: new(shard.Storage), route: new(router)}
 	defer func() {
 		if err != nil {
 			d.close()
 		}
 	}()
-	if d.store, err = openStore(cfg, log); err != nil {
+	if err := d.claimPorts(); err != nil {
+		return nil, err
+	}
+	if err := openDataDir(cfg.DataDir); err != nil {
+		return nil, err
+	}
+	warnAboutExposure(cfg, log)
+	if !affinity.Supported() {
+		log.Warn().Msg("CPU pinning is not supported on this platform; shards run unpinned")
+	}
+	secret, hasher, err := d.openLedger()
+	if err != nil {
+		return nil, err
+	}
+	if err := d.openSpool(); err != nil {
 		return nil, err
 	}
 	ctx := context.Background()
-	if err := matchSecret(ctx, d.store, cfg, secret, log); err != nil {
-		if generatedSecret && errors.Is(err, errSecretMismatch) {
-			// This start made it, and the ledger is bound to another: a
-			// file left behind would only make the next start fail the
-			// same way while looking like the data dir's own secret.
-			os.Remove(filepath.Join(cfg.dataDir, secretFile))
-		}
-		return nil, err
-	}
-	if cfg.demoKey != "" {
-		if err := provisionDemo(ctx, d.store, hasher, cfg.demoKey, core.CostUnits(cfg.demoUnits), time.Now().UnixNano()); err != nil {
-			return nil, err
-		}
-		log.Warn().Msg("demo account \"demo\" provisioned with --demo-key (for trying tollgated, not for production keys)")
-	}
-	if err := d.openSpool(cfg); err != nil {
-		return nil, err
-	}
-	if err := d.establishIdentity(ctx, cfg); err != nil {
+	if err := d.establishIdentity(ctx); err != nil {
 		return nil, err
 	}
 	holder := d.inc.Holder()
@@ -147,52 +125,12 @@ func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err 
 	if _, err := d.recover(ctx, holder); err != nil {
 		return nil, err
 	}
-	var prov atomic.Pointer[control.Provisioner]
-	d.node, err = node.Bind(node.Config{
-		Listen: cfg.listen, CPUs: shardCPUs, Secret: secret, MaxReservations: cfg.maxInFlight,
-		Loop: httploop.Config{
-			MaxHeaderBytes: cfg.loop.maxHeaderBytes, MaxBodyBytes: cfg.loop.maxBodyBytes,
-			MaxConns: cfg.loop.maxConns, MaxOutput: cfg.loop.maxOutput,
-			IdleTimeout: cfg.loop.idle, HeaderTimeout: cfg.loop.header, BodyTimeout: cfg.loop.body,
-		},
-		Plane: control.Config{
-			Store: d.store, Spool: d.noted, Appended: d.spool.Stats().Appended,
-			IsFull: func(err error) bool { return errors.Is(err, spool.ErrFull) },
-			Holder: holder, Lease: control.LeaseConfig{TTL: cfg.leaseTTL}, Claims: d.claims,
-			FundingChanged: func(ids []core.AccountID) {
-				if p := prov.Load(); p != nil {
-					p.UsageChanged(ids)
-				}
-			},
-			KeysUsed: func(keys []plane.KeyUsed) {
-				if p := prov.Load(); p != nil {
-					p.KeysUsed(keys)
-				}
-			},
-			Announce: d.announcer(holder),
-		},
-		Durable: cfg.ack == "durable", FundingWait: fundingWait(cfg.fundingWait),
-		DrainUsage: d.drainUsage, Log: log, Storage: d.storage, AuthzKeyHeader: cfg.authz.keyHeader,
-	})
-	if err != nil {
+	if err := d.bindNode(holder, secret); err != nil {
 		return nil, err
 	}
-	d.plane.Store(d.node.Plane())
-	d.exporter.Floor = d.node.Plane().Floor
-	if d.announce != nil {
-		d.announce.Plane = d.node.Plane()
-	}
-	d.prov = control.NewProvisioner(d.node.Plane(), d.store)
-	d.prov.Grace = cfg.leaseGrace
-	d.prov.EventRetention = cfg.retention
-	d.prov.OnError = func(err error) {
-		log.Error().Err(err).Msg("a credential change could not reach the shards; it is in the ledger and loads at the next start")
-	}
-	prov.Store(d.prov)
-	d.exporter.Changed = d.prov.UsageChanged
-	d.exporter.OnError = func(err error) {
-		log.Error().Err(err).Msg("usage export to the ledger failed; retrying (the usage stays in the spool)")
-	}
+	d.newProvisioner()
+	// Every target of d.route is set: the plane may run and call them.
+	d.node.StartPlane()
 	if err := d.prepareFollower(ctx); err != nil {
 		return nil, fmt.Errorf("reading the ledger's change log: %w", err)
 	}
@@ -200,9 +138,8 @@ func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err 
 	if err != nil {
 		return nil, fmt.Errorf("loading the ledger: %w", err)
 	}
-	go d.background()
-	adminAddr, err := d.startAdmin(ctx, cfg, hasher)
-	if err != nil {
+	d.startBackground()
+	if err := d.startAdmin(ctx, hasher); err != nil {
 		return nil, err
 	}
 	if err := d.node.Plane().MarkReady(); err != nil {
@@ -212,66 +149,126 @@ func startDaemon(cfg config, log zerolog.Logger, out io.Writer) (_ *daemon, err 
 		return nil, err
 	}
 	d.adminAPI.KeepHistory() // its collectors read the shards, which serve now
-	if cfg.ack != "durable" {
-		log.Warn().Str("ack", cfg.ack).Msg("answers are sent before their usage is on disk: a crash can lose the last few milliseconds of billed usage")
+	if !cfg.Durable {
+		log.Warn().Str("ack", "immediate").Msg("answers are sent before their usage is on disk: a crash can lose the last few milliseconds of billed usage")
 	}
-	log.Info().Int("shards", len(shardCPUs)).Str("listen", d.node.Addr()).Str("admin", adminAddr).
-		Int("accounts", accounts).Int("keys", keys).Str("data_dir", cfg.dataDir).Msg("tollgated ready")
+	log.Info().Int("shards", len(cfg.CPUs)).Str("listen", d.node.Addr()).Str("admin", d.adminAddr).
+		Int("accounts", accounts).Int("keys", keys).Str("data_dir", cfg.DataDir).Msg("tollgated ready")
 	return d, nil
 }
 
-func pickCPUs(cfg config, log zerolog.Logger) ([]int, error) {
-	cpus := cfg.cpus
-	if len(cpus) == 0 {
-		var err error
-		if cpus, err = affinity.Allowed(); err != nil {
-			return nil, fmt.Errorf("listing allowed CPUs: %w", err)
+// Addr is the data-plane address the shards listen on.
+func (d *Daemon) Addr() string { return d.node.Addr() }
+
+// AdminAddr is the address the admin API listens on.
+func (d *Daemon) AdminAddr() string { return d.adminAddr }
+
+// Failed delivers the reason the daemon must stop at once, without the
+// safe order of Close: another process took its node id (identity.go).
+// What was acknowledged is on disk; Close would write to the ledger under
+// a name another process now holds.
+func (d *Daemon) Failed() <-chan error { return d.failed }
+
+// claimPorts claims the data-plane and admin ports (held until close), and
+// refuses addresses another process already serves.
+func (d *Daemon) claimPorts() error {
+	ports, err := claimAddresses(d.cfg)
+	if err != nil {
+		return err
+	}
+	d.ports = ports
+	return checkAddresses(d.cfg)
+}
+
+// openLedger opens the ledger under the server secret, refusing a secret
+// other than the one its keys were issued under, provisions the demo
+// account if asked, and returns the hasher of key digests.
+func (d *Daemon) openLedger() (secret []byte, _ *credential.Hasher, err error) {
+	secret, generated, err := serverSecret(d.cfg, d.log)
+	if err != nil {
+		return nil, nil, err
+	}
+	hasher, err := credential.NewHasher(secret)
+	if err != nil {
+		return nil, nil, err
+	}
+	if d.store, err = openStore(d.cfg, d.log); err != nil {
+		return nil, nil, err
+	}
+	ctx := context.Background()
+	if err := matchSecret(ctx, d.store, d.cfg, secret, d.log); err != nil {
+		if generated && errors.Is(err, errSecretMismatch) {
+			// This start made it, and the ledger is bound to another: a
+			// file left behind would only make the next start fail the
+			// same way while looking like the data dir's own secret.
+			os.Remove(filepath.Join(d.cfg.DataDir, SecretFile))
 		}
+		return nil, nil, err
 	}
-	n := cfg.shards
-	if n == 0 {
-		n = len(cpus)
+	if d.cfg.DemoKey != "" {
+		if err := provisionDemo(ctx, d.store, hasher, d.cfg.DemoKey, core.CostUnits(d.cfg.DemoUnits), time.Now().UnixNano()); err != nil {
+			return nil, nil, err
+		}
+		d.log.Warn().Msg("demo account \"demo\" provisioned with --demo-key (for trying tollgated, not for production keys)")
 	}
-	out := make([]int, n)
-	for i := range out {
-		out[i] = cpus[i%len(cpus)]
+	return secret, hasher, nil
+}
+
+// bindNode binds the shards and builds the control plane, stopped: the
+// plane runs once what it calls exists (Open, d.route).
+func (d *Daemon) bindNode(holder string, secret []byte) (err error) {
+	t := d.cfg.Transport
+	d.node, err = node.Bind(node.Config{
+		Listen: d.cfg.Listen, CPUs: d.cfg.CPUs, Secret: secret, MaxReservations: d.cfg.MaxInFlight,
+		Loop: httploop.Config{
+			MaxHeaderBytes: t.MaxHeaderBytes, MaxBodyBytes: t.MaxBodyBytes, MaxConns: t.MaxConns, MaxOutput: t.MaxOutput,
+			IdleTimeout: t.IdleTimeout, HeaderTimeout: t.HeaderTimeout, BodyTimeout: t.BodyTimeout,
+		},
+		Plane: control.Config{
+			Store: d.store, Spool: d.noted, Appended: d.spool.Stats().Appended,
+			IsFull: func(err error) bool { return errors.Is(err, spool.ErrFull) },
+			Holder: holder, Lease: control.LeaseConfig{TTL: d.cfg.LeaseTTL}, Claims: d.claims,
+			FundingChanged: d.route.usageChanged, KeysUsed: d.route.keysUsed,
+			Announce: d.announcer(holder),
+		},
+		Durable: d.cfg.Durable, FundingWait: fundingWait(d.cfg.FundingWait),
+		DrainUsage: d.drainUsage, Log: d.log, Storage: d.storage, AuthzKeyHeader: d.cfg.AuthzKeyHeader,
+	})
+	if err != nil {
+		return err
 	}
-	if !affinity.Supported() {
-		log.Warn().Msg("CPU pinning is not supported on this platform; shards run unpinned")
+	d.route.plane = d.node.Plane()
+	return nil
+}
+
+// newProvisioner makes the provisioner that publishes the ledger's state
+// to the plane, and routes the plane's and the exporter's news to it.
+func (d *Daemon) newProvisioner() {
+	p := control.NewProvisioner(d.node.Plane(), d.store)
+	p.Grace = d.cfg.LeaseGrace
+	p.EventRetention = d.cfg.EventRetention
+	p.OnError = func(err error) {
+		d.log.Error().Err(err).Msg("a credential change could not reach the shards; it is in the ledger and loads at the next start")
 	}
-	return out, nil
+	d.prov = p
+	d.route.prov = p
 }
 
 // openSpool opens the usage spool and counts what a previous run left in
 // it; the exporter bills that first.
-func (d *daemon) openSpool(cfg config) error {
-	// Durable usage wakes the plane (answers wait on it), not the exporter:
-	// the exporter runs on its interval, in big batches.
-	noted := &notedSpool{}
-	d.storage = new(shard.Storage)
-	health := &spoolHealth{log: d.log, dir: filepath.Join(cfg.dataDir, spoolDir), storage: d.storage}
-	s, err := spool.Open(health.dir, spool.Options{OnHealth: health.changed, FlushInterval: groupCommit(cfg.groupCommit), OnDurable: func(seq uint64) {
-		noted.note(seq)
-		if p := d.plane.Load(); p != nil {
-			p.Kick()
-		}
-		if e := d.exported.Load(); e != nil {
-			e.WakeAt(seq)
-		}
-		// Let the plane run now, on this thread: woken from here it waits
-		// in this goroutine's run queue, and the flusher's next fdatasync
-		// would leave it there, a blocked syscall with work queued behind
-		// it, which the Go scheduler's monitor polls for every 20 µs.
-		// Measured: the monitor's share of the CPU under durable checks
-		// fell from 4.9–6.4% to 2.9–3.3% (BENCHMARKS.md).
-		runtime.Gosched()
-	}, SegmentBytes: cfg.events.segmentBytes, ArchiveDir: filepath.Join(cfg.dataDir, eventsDir),
-		ArchiveMaxBytes: cfg.events.maxBytes, ArchiveMaxAge: cfg.events.maxAge})
+func (d *Daemon) openSpool() error {
+	d.noted = &notedSpool{}
+	d.route.noted = d.noted
+	health := &spoolHealth{log: d.log, dir: filepath.Join(d.cfg.DataDir, SpoolDir), storage: d.storage}
+	ev := d.cfg.Events
+	s, err := spool.Open(health.dir, spool.Options{OnHealth: health.changed, FlushInterval: groupCommit(d.cfg.GroupCommit),
+		OnDurable: d.route.durable, SegmentBytes: ev.SegmentBytes, ArchiveDir: filepath.Join(d.cfg.DataDir, EventsDir),
+		ArchiveMaxBytes: ev.MaxBytes, ArchiveMaxAge: ev.MaxAge})
 	if err != nil {
-		return spoolHint(err, cfg.dataDir)
+		return spoolHint(err, d.cfg.DataDir)
 	}
-	noted.Spool = s
-	d.spool, d.noted = s, noted
+	d.noted.Spool = s
+	d.spool = s
 	if st := s.Stats(); st.Pruned > 0 {
 		d.log.Warn().Uint64("segments", st.Pruned).Uint64("oldest", st.Oldest).
 			Msg("billed-event archive: dropped segments that no longer join up with the spool (it was rebuilt); GET /v1/events starts after them")
@@ -287,20 +284,28 @@ func (d *daemon) openSpool(cfg config) error {
 }
 
 // newExporter makes the exporter that bills the spool as holder (the
-// incarnation's name: its export mark is kept under it).
-func (d *daemon) newExporter(holder string) {
+// incarnation's name: its export mark is kept under it). What it tells and
+// asks of the plane goes through d.route: recovery exports before the
+// plane exists.
+func (d *Daemon) newExporter(holder string) {
 	d.nodeID = holder
-	d.exporter = control.NewExporter(d.noted, d.store, holder, exportBatch)
-	d.exported.Store(d.exporter)
 	d.claims = control.NewPostPaidClaims()
-	d.exporter.Claims = d.claims
-	d.exporter.Resume(d.spool.Stats().Released)
+	e := control.NewExporter(d.noted, d.store, holder, exportBatch)
+	e.Claims = d.claims
+	e.Floor = d.route.floor
+	e.Changed = d.route.usageChanged
+	e.OnError = func(err error) {
+		d.log.Error().Err(err).Msg("usage export to the ledger failed; retrying (the usage stays in the spool)")
+	}
+	e.Resume(d.spool.Stats().Released)
+	d.exporter = e
+	d.route.exporter = e
 }
 
 // recover bills what the spool holds and releases the leases holder held
 // when it last stopped, before anything serves (control.RecoverWith): a
 // node that comes back after kill -9 forfeits nothing.
-func (d *daemon) recover(ctx context.Context, holder string) (control.Recovery, error) {
+func (d *Daemon) recover(ctx context.Context, holder string) (control.Recovery, error) {
 	cut := d.spool.Dropped().Bytes > 0
 	r, err := control.RecoverWith(ctx, d.store, d.spool, d.exporter, control.RecoverOptions{Holder: holder, Now: time.Now().UnixNano(), SpoolCut: cut})
 	if err != nil {
@@ -335,7 +340,7 @@ func (d *daemon) recover(ctx context.Context, holder string) (control.Recovery, 
 // ledger has replaced, settles that incarnation's leases from it (a whole
 // spool restores its forfeited ones: it holds everything they spent), and
 // refuses to serve: the node id belongs to the newer incarnation.
-func (d *daemon) drainStale(ctx context.Context, cfg config, id string, spoolInc uint64, cur ledger.Incarnation) error {
+func (d *Daemon) drainStale(ctx context.Context, id string, spoolInc uint64, cur ledger.Incarnation) error {
 	holder := ledger.HolderOf(id, spoolInc)
 	d.newExporter(holder)
 	r, err := d.recover(ctx, holder)
@@ -346,21 +351,38 @@ func (d *daemon) drainStale(ctx context.Context, cfg config, id string, spoolInc
 		"Billed what this data directory's spool held (%d records) against its own leases (%d released, %d forfeited ones restored, %d units back), and stops: "+
 		"it must not serve under that id. Its usage is billed; remove %s, or give it a new --node-id and an empty data directory (docs/RUNBOOK.md)",
 		errIdentity, spoolInc, id, id, cur.Number, time.Unix(0, cur.StartedAt).UTC().Format(time.RFC3339), r.Replayed, r.Leases, r.Restored,
-		uint64(r.Returned+r.RestoredUnits), cfg.dataDir)
+		uint64(r.Returned+r.RestoredUnits), d.cfg.DataDir)
 }
 
-// background runs the exporter and the ledger's maintenance until stop.
-func (d *daemon) background() {
+// startBackground starts the exporter, the ledger's maintenance and the
+// fleet's followers.
+func (d *Daemon) startBackground() {
+	d.background = true
+	go d.runBackground()
+}
+
+// stopBackground stops what startBackground started, if it runs, and
+// waits for it to end.
+func (d *Daemon) stopBackground() {
+	if d.background {
+		close(d.stop)
+		<-d.done
+		d.background = false
+	}
+}
+
+// runBackground runs the exporter and the ledger's maintenance until stop.
+func (d *Daemon) runBackground() {
 	defer close(d.done)
 	go d.prov.Maintain(d.stop, time.Second)
 	defer d.follow(d.stop)()
 	go d.pruneEvents(time.Minute)
-	d.exporter.Run(d.stop, exportInterval)
+	d.exporter.Run(d.stop, ExportInterval)
 }
 
 // pruneEvents applies the billed-event archive's age bound every interval
 // until stop: releases apply both bounds, but an idle node releases nothing.
-func (d *daemon) pruneEvents(interval time.Duration) {
+func (d *Daemon) pruneEvents(interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -375,18 +397,18 @@ func (d *daemon) pruneEvents(interval time.Duration) {
 	}
 }
 
-// startAdmin serves the admin API and returns the address it listens on.
-func (d *daemon) startAdmin(ctx context.Context, cfg config, hasher *credential.Hasher) (string, error) {
-	token, generated, err := admin.EnsureAdminToken(ctx, d.store, cfg.adminToken, rand.Reader)
+// startAdmin serves the admin API on the admin address.
+func (d *Daemon) startAdmin(ctx context.Context, hasher *credential.Hasher) error {
+	token, generated, err := admin.EnsureAdminToken(ctx, d.store, d.cfg.AdminToken, rand.Reader)
 	if err != nil {
-		return "", fmt.Errorf("admin token: %w", err)
+		return fmt.Errorf("admin token: %w", err)
 	}
 	if generated {
 		// Printed once: only its digest is stored.
 		fmt.Fprintf(d.out, "admin token (shown once; set TOLLGATED_ADMIN_TOKEN to choose your own): %s\n", token)
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(newNodeCollector(d), newBuildInfoCollector(),
+	reg.MustRegister(newNodeCollector(d), newBuildInfoCollector(d.cfg.Build),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if d.changeLag != nil {
 		reg.MustRegister(d.changeLag, d.refreshes)
@@ -397,28 +419,29 @@ func (d *daemon) startAdmin(ctx context.Context, cfg config, hasher *credential.
 	srv, err := admin.New(admin.Config{Store: d.store, Hasher: hasher, Publisher: d.prov, Registry: reg, Log: d.log,
 		Holdings: planeHoldings{d.node.Plane()}, Events: d.spool, Node: d.nodeID, Storage: d.adminStorage, History: history})
 	if err != nil {
-		return "", err
+		return err
 	}
 	// Keys that expired while the node was down stop before it is ready.
 	if err := srv.ExpireKeys(ctx); err != nil {
-		return "", err
+		return err
 	}
-	ln, err := net.Listen("tcp", cfg.admin)
+	ln, err := net.Listen("tcp", d.cfg.Admin)
 	if err != nil {
-		return "", fmt.Errorf("admin listener: %w", err)
+		return fmt.Errorf("admin listener: %w", err)
 	}
-	if d.admin, err = srv.Serve(ln, cfg.adminLimits.limits()); err != nil {
+	if d.admin, err = srv.Serve(ln, d.cfg.AdminLimits); err != nil {
 		ln.Close()
-		return "", err
+		return err
 	}
 	d.adminAPI = srv
-	return ln.Addr().String(), nil
+	d.adminAddr = ln.Addr().String()
+	return nil
 }
 
 // drainUsage makes every billed event durable and bills it into the
 // ledger: the shutdown step between ending reservations and releasing
 // leases.
-func (d *daemon) drainUsage(deadline time.Time) {
+func (d *Daemon) drainUsage(deadline time.Time) {
 	if err := d.spool.Sync(); err != nil {
 		d.log.Error().Err(err).Msg("usage spool sync failed at shutdown; the spool is replayed at the next start")
 		return
@@ -430,22 +453,21 @@ func (d *daemon) drainUsage(deadline time.Time) {
 	}
 }
 
-// shutdown stops in the safe order: the admin API, then the node (which
-// drains requests, ends reservations, drains usage and releases leases),
-// then the background work, the spool and the ledger.
-func (d *daemon) shutdown() {
-	if d.adminAPI != nil {
-		d.adminAPI.StopHistory() // it reads the node, which stops below
-	}
-	if d.admin != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		d.admin.Shutdown(ctx)
-		cancel()
-	}
-	d.node.Shutdown(time.Now().Add(d.grace))
+// Close stops in the safe order, a documented contract (docs/DESIGN.md):
+// the admin API, so no operator change races the drain; then the node,
+// which drains requests, ends every reservation, drains usage (durable and
+// billed) and releases its leases; then the background work (exporter,
+// maintenance, fleet followers); and then close: the spool, the ledger,
+// the claim on the node id, and last the ports. Call it once, after Open
+// succeeded, and not after Failed delivered.
+func (d *Daemon) Close() {
+	d.adminAPI.StopHistory() // it reads the node, which stops below
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	d.admin.Shutdown(ctx)
+	cancel()
+	d.node.Shutdown(time.Now().Add(d.cfg.ShutdownGrace))
 	d.node = nil
-	close(d.stop)
-	<-d.done
+	d.stopBackground()
 	st := d.exporter.Stats()
 	d.log.Info().Uint64("events", st.Events).Uint64("settlements", st.Settlements).Uint64("units_billed", st.UnitsBilled).
 		Uint64("units_rejected", st.UnitsRejected).Uint64("post_paid_accepted", st.PostAccepted).
@@ -453,14 +475,16 @@ func (d *daemon) shutdown() {
 	d.close()
 }
 
-// close releases what is open, in reverse order.
-func (d *daemon) close() {
+// close releases what is open, in the reverse of Open's order; what Open
+// never reached is nil and skipped.
+func (d *Daemon) close() {
 	if d.adminAPI != nil {
 		d.adminAPI.StopHistory()
 	}
 	if d.node != nil {
 		d.node.Shutdown(time.Now())
 	}
+	d.stopBackground()
 	if d.spool != nil {
 		if err := d.spool.Close(); err != nil {
 			d.log.Error().Err(err).Msg("closing the usage spool")
@@ -484,13 +508,15 @@ func (d *daemon) close() {
 // Usage moves from the spool to the ledger in few, large transactions: a
 // ledger commit (and the spool's release mark) costs the same for one event
 // as for thousands, and the exporter shares the CPUs with the shards.
+// ExportInterval is how long billed usage may wait in the spool for its
+// export when nothing wakes the exporter sooner.
 const (
 	exportBatch    = 4096
-	exportInterval = 100 * time.Millisecond
+	ExportInterval = 100 * time.Millisecond
 )
 
-// fundingWait turns the flag into node.Config's: 0 on the command line
-// means no waiting, which the shard spells NoFundingWait.
+// fundingWait turns Config.FundingWait into node.Config's: 0 means no
+// waiting, which the shard spells NoFundingWait.
 func fundingWait(d time.Duration) int64 {
 	if d == 0 {
 		return shard.NoFundingWait
@@ -498,8 +524,8 @@ func fundingWait(d time.Duration) int64 {
 	return int64(d)
 }
 
-// groupCommit turns the flag into spool.Options': 0 on the command line
-// means no waiting between flushes, which the spool spells negative. With
+// groupCommit turns Config.GroupCommit into spool.Options': 0 means no
+// waiting between flushes, which the spool spells negative. With
 // the plane's short beat, waiting 2 ms to gather records cost durable
 // /v1/check about 12% of its throughput at 64 connections (BENCHMARKS.md).
 func groupCommit(d time.Duration) time.Duration {
@@ -514,27 +540,3 @@ func groupCommit(d time.Duration) time.Duration {
 type planeHoldings struct{ p *control.Plane }
 
 func (h planeHoldings) LeaseHoldings(id core.AccountID) core.CostUnits { return h.p.Holding(id) }
-
-// notedSpool is the spool as the plane and the exporter read it: its
-// durable mark, or the one OnDurable last reported if that is higher. The
-// spool calls OnDurable before it publishes the mark, and the callback
-// wakes both readers: one that ran at once read the old mark and went back
-// to sleep, leaving the batch unacknowledged until the plane's next beat
-// and, for the exporter when nothing more arrived, unbilled. A noted mark
-// is durable: OnDurable reports only batches on disk.
-type notedSpool struct {
-	*spool.Spool
-	mark atomic.Uint64
-}
-
-func (s *notedSpool) note(seq uint64) {
-	for {
-		m := s.mark.Load()
-		if seq <= m || s.mark.CompareAndSwap(m, seq) {
-			return
-		}
-	}
-}
-
-// Durable is the highest sequence known to be on disk.
-func (s *notedSpool) Durable() uint64 { return max(s.Spool.Durable(), s.mark.Load()) }

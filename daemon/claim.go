@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package daemon
 
 import (
 	"errors"
@@ -19,18 +19,18 @@ type addressClaims []*httploop.Claim
 // claimAddresses claims the ports of the data-plane and the admin address
 // (a port of 0 needs none); it fails naming the address when another
 // process holds either.
-func claimAddresses(cfg config) (addressClaims, error) {
+func claimAddresses(cfg Config) (addressClaims, error) {
 	var claims addressClaims
 	for _, a := range []struct{ what, flag, addr string }{
-		{"data-plane", "--listen", cfg.listen},
-		{"admin", "--admin", cfg.admin},
+		{"data-plane", "--listen", cfg.Listen},
+		{"admin", "--admin", cfg.Admin},
 	} {
 		c, err := httploop.ClaimPort(a.addr)
 		if err != nil {
 			claims.release()
 			if errors.Is(err, httploop.ErrClaimed) {
-				if a.flag == "--admin" && samePort(cfg.listen, cfg.admin) {
-					return nil, fmt.Errorf("--listen %s and --admin %s use the same port: give each its own", cfg.listen, cfg.admin)
+				if a.flag == "--admin" && samePort(cfg.Listen, cfg.Admin) {
+					return nil, fmt.Errorf("--listen %s and --admin %s use the same port: give each its own", cfg.Listen, cfg.Admin)
 				}
 				return nil, fmt.Errorf("the %s address %s (%s) is already served by another process (another tollgated holds the claim on its port, @%s): refusing to start",
 					a.what, a.addr, a.flag, httploop.ClaimName(portNumber(a.addr)))

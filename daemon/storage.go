@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package daemon
 
 import (
 	"time"
@@ -54,7 +54,7 @@ func freeBytes(dir string) uint64 {
 }
 
 // adminStorage is the storage state as the admin API's /healthz reports it.
-func (d *daemon) adminStorage() admin.StorageState {
+func (d *Daemon) adminStorage() admin.StorageState {
 	switch d.storage.Load() {
 	case shard.StorageFull:
 		return admin.StorageFull

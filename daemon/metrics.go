@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package daemon
 
 import (
 	"strconv"
@@ -17,9 +17,9 @@ import (
 // nodeCollector exposes the data plane, the control plane, the spool and
 // the exporter to Prometheus. Everything is read at scrape time from what
 // each part publishes; nothing on the request path counts for it.
-type nodeCollector struct{ d *daemon }
+type nodeCollector struct{ d *Daemon }
 
-func newNodeCollector(d *daemon) prometheus.Collector { return nodeCollector{d} }
+func newNodeCollector(d *Daemon) prometheus.Collector { return nodeCollector{d} }
 
 var (
 	descAdmitted    = desc("admitted_total", "Requests admitted, per shard.", "shard")
@@ -229,9 +229,8 @@ type buildInfoCollector struct{ m prometheus.Metric }
 var descBuildInfo = desc("build_info", "The build of this tollgated: always 1, with its version, VCS revision and Go version as labels.",
 	"version", "revision", "goversion")
 
-func newBuildInfoCollector() prometheus.Collector {
-	ver, revision, goVersion := buildInfo()
-	return buildInfoCollector{prometheus.MustNewConstMetric(descBuildInfo, prometheus.GaugeValue, 1, ver, revision, goVersion)}
+func newBuildInfoCollector(b Build) prometheus.Collector {
+	return buildInfoCollector{prometheus.MustNewConstMetric(descBuildInfo, prometheus.GaugeValue, 1, b.Version, b.Revision, b.GoVersion)}
 }
 
 func (c buildInfoCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descBuildInfo }
