@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tollgated/tollgated/core"
+	"github.com/tollgated/tollgated/internal/await"
 	"github.com/tollgated/tollgated/ledger"
 )
 
@@ -100,20 +101,15 @@ func TestKeysUsedReachTheLedger(t *testing.T) {
 		}
 		return out
 	}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		got := lastUsed()
-		if got["k-used"] != 0 {
-			if got["k-used"] < before {
-				t.Fatalf("last use %d, before the check at %d", got["k-used"], before)
-			}
-			if got["k-idle"] != 0 {
-				t.Fatalf("an unused key has a last use: %v", got)
-			}
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("last use never recorded: %v", got)
-		}
+	var got map[string]int64
+	if !await.Poll(5*time.Second, func() bool { got = lastUsed(); return got["k-used"] != 0 }) {
+		t.Fatalf("last use never recorded: %v", got)
+	}
+	if got["k-used"] < before {
+		t.Fatalf("last use %d, before the check at %d", got["k-used"], before)
+	}
+	if got["k-idle"] != 0 {
+		t.Fatalf("an unused key has a last use: %v", got)
 	}
 }
 
@@ -133,7 +129,7 @@ func TestEvidenceRefreshesKeepARefusedAccountsBackOff(t *testing.T) {
 		f := nd.stats().Funding
 		return f.Acquired + f.Extended + f.Refused + f.Errors
 	}
-	time.Sleep(200 * time.Millisecond)
+	nd.settle() // the calls the exhaustion made are answered: count from here
 	before := calls()
 	stop := make(chan struct{})
 	refreshed := make(chan int)

@@ -9,6 +9,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/tollgated/tollgated/internal/await"
 )
 
 // TestControlPlaneWorkIsTraced: with a tracer provider set, a lease grant
@@ -35,7 +37,7 @@ func TestControlPlaneWorkIsTraced(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]bool{"ledger.acquire": false, "export.settle": false, "provision.account": false, "provision.load": false}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	seen := await.Poll(5*time.Second, func() bool {
 		for _, s := range exp.GetSpans() {
 			attrs := map[string]string{}
 			for _, a := range s.Attributes {
@@ -56,11 +58,9 @@ func TestControlPlaneWorkIsTraced(t *testing.T) {
 		for _, ok := range want {
 			done = done && ok
 		}
-		if done {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("spans seen: %v (of %d)", want, len(exp.GetSpans()))
-		}
+		return done
+	})
+	if !seen {
+		t.Fatalf("spans seen: %v (of %d)", want, len(exp.GetSpans()))
 	}
 }
