@@ -331,26 +331,21 @@ func TestPlaneSaysWhileASyncHoldsUsage(t *testing.T) {
 	nd := newNode(t, 1, LeaseConfig{TTL: time.Minute})
 	nd.open("acme", "key-acme", 1_000_000, "")
 	nd.waitStatus(0, "key-acme", 200, 5*time.Second)
-	waitFor(t, "no sync in flight once the spool is durable", func() bool { return !nd.syncing.Load() })
+	await.True(t, "no sync in flight once the spool is durable", func() bool { return !nd.syncing.Load() })
 
 	nd.spool.hold()
 	if st, body := nd.check(0, "key-acme", 1); st != 200 {
 		t.Fatalf("check: %d %s", st, body)
 	}
 	nd.plane.Kick()
-	waitFor(t, "a sync in flight once the usage is appended", nd.syncing.Load)
+	await.True(t, "a sync in flight once the usage is appended", nd.syncing.Load)
 	// The plane is the flag's one writer: clear it on the plane's
 	// goroutine, and the pass that follows must say again that the sync
 	// is in flight.
 	nd.plane.do(func(*plane.Machine, int64) { nd.syncing.Set(false) })
 	nd.plane.Kick()
-	waitFor(t, "a later pass to say the held sync is in flight (it has not ended)", nd.syncing.Load)
+	await.True(t, "a later pass to say the held sync is in flight (it has not ended)", nd.syncing.Load)
 	nd.spool.release()
 	nd.plane.Kick() // as the daemon's OnDurable does
-	waitFor(t, "no sync in flight once it ended", func() bool { return !nd.syncing.Load() })
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	await.True(t, what, cond)
+	await.True(t, "no sync in flight once it ended", func() bool { return !nd.syncing.Load() })
 }
