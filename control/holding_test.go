@@ -32,12 +32,12 @@ func TestHoldingCountsTheLeasesAnAccountFunds(t *testing.T) {
 		}
 	}
 	nd.bindKey("ws", "key-ws")
-	nd.waitStatus(0, "key-ws", 200, 5*time.Second)
+	nd.waitStatus(0, "key-ws", 200, await.Default)
 
 	// The shards report their spending asynchronously: read until the
 	// holdings stand still.
 	var ws, orgHeld core.CostUnits
-	if !await.Poll(5*time.Second, func() bool {
+	if !await.Poll(await.Default, func() bool {
 		ws, orgHeld = nd.plane.Holding("ws"), nd.plane.Holding("org")
 		return ws > 0 && orgHeld == ws && nd.plane.Holding("ws") == ws
 	}) {
@@ -53,8 +53,8 @@ func TestHoldingCountsTheLeasesAnAccountFunds(t *testing.T) {
 
 	// The org's own traffic adds its own lease.
 	nd.bindKey("org", "key-org")
-	nd.waitStatus(1, "key-org", 200, 5*time.Second)
-	if !await.Poll(5*time.Second, func() bool {
+	nd.waitStatus(1, "key-org", 200, await.Default)
+	if !await.Poll(await.Default, func() bool {
 		ws, orgHeld = nd.plane.Holding("ws"), nd.plane.Holding("org")
 		return orgHeld > ws && nd.plane.Holding("ws") == ws
 	}) {

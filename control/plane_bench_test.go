@@ -156,7 +156,7 @@ func newBenchRig(b *testing.B, n int, checkBody string, slice core.CostUnits) *b
 		store.Close()
 	}}
 
-	nd := &node{t: b, store: store, plane: p, prov: NewProvisioner(p, store)}
+	nd := &node{t: b, store: store, plane: p, prov: NewProvisioner(p, store), now: func() int64 { return time.Now().UnixNano() }}
 	var keys []string
 	for a := range benchAccounts {
 		key := fmt.Sprintf("bench-key-%d", a)
@@ -172,7 +172,7 @@ func newBenchRig(b *testing.B, n int, checkBody string, slice core.CostUnits) *b
 	// reaches a shard when it polls.
 	for _, bs := range shards {
 		for _, key := range keys {
-			learned := await.Poll(10*time.Second, func() bool {
+			learned := await.Poll(await.Default, func() bool {
 				bs.s.Poll(time.Now().UnixNano())
 				bs.serve("/v1/check", key, bs.checkBody, time.Now().UnixNano())
 				st := bs.resp.StatusCode()

@@ -26,7 +26,7 @@ const rateLimits = `"request_rate":2000,"request_burst":200`
 func TestRateLimitIsExactAcrossShards(t *testing.T) {
 	nd := newNode(t, 4, LeaseConfig{TTL: time.Minute})
 	nd.open("acme", "key-acme", 1<<40, rateLimits)
-	nd.waitStatus(0, "key-acme", 200, 5*time.Second)
+	nd.waitStatus(0, "key-acme", 200, await.Default)
 	start := time.Now()
 	got := nd.hammer([]int{0, 1, 2, 3}, "key-acme", 1500*time.Millisecond)
 	elapsed := time.Since(start).Seconds()
@@ -45,7 +45,7 @@ func TestRateLimitIsExactAcrossShards(t *testing.T) {
 func TestOneShardCanUseNearlyTheWholeLimit(t *testing.T) {
 	nd := newNode(t, 4, LeaseConfig{TTL: time.Minute})
 	nd.open("acme", "key-acme", 1<<40, rateLimits)
-	nd.waitStatus(2, "key-acme", 200, 5*time.Second)
+	nd.waitStatus(2, "key-acme", 200, await.Default)
 	nd.hammer([]int{2}, "key-acme", 300*time.Millisecond) // let the shares follow the traffic
 	start := time.Now()
 	got := nd.hammer([]int{2}, "key-acme", 1500*time.Millisecond)
@@ -107,7 +107,7 @@ func TestSuspensionReachesEveryShardWithin100ms(t *testing.T) {
 	nd := newNode(t, 3, LeaseConfig{TTL: time.Minute})
 	nd.open("acme", "key-acme", 1_000_000, "")
 	for i := range nd.shards {
-		nd.waitStatus(i, "key-acme", 200, 5*time.Second)
+		nd.waitStatus(i, "key-acme", 200, await.Default)
 	}
 	for _, st := range []struct {
 		status core.Status
@@ -151,7 +151,7 @@ func TestSuspendingAScopeStopsEveryAccountBelowIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	nd.bindKey("agent", "key-agent")
-	nd.waitStatus(0, "key-agent", 200, 5*time.Second)
+	nd.waitStatus(0, "key-agent", 200, await.Default)
 	for _, c := range []struct {
 		status core.Status
 		want   int
@@ -197,10 +197,10 @@ func (nd *node) bindKey(id core.AccountID, key string) {
 func TestAQuoteAboveTheLeaseGrowsIt(t *testing.T) {
 	nd := newNode(t, 2, LeaseConfig{TTL: time.Minute, MinLease: 1000})
 	nd.open("acme", "key-acme", 1_000_000, "")
-	nd.waitStatus(0, "key-acme", 200, 5*time.Second)
+	nd.waitStatus(0, "key-acme", 200, await.Default)
 	var st int
 	var body []byte
-	if !await.Poll(5*time.Second, func() bool { st, body = nd.check(0, "key-acme", 50_000); return st == 200 }) {
+	if !await.Poll(await.Default, func() bool { st, body = nd.check(0, "key-acme", 50_000); return st == 200 }) {
 		t.Fatalf("a 50,000-unit quote never funded: %d %s", st, body)
 	}
 	active, err := nd.store.Leases(context.Background(), true)
@@ -218,10 +218,10 @@ func TestAQuoteAboveTheLeaseGrowsIt(t *testing.T) {
 func TestAnUnfundableQuoteDoesNotStarveSmallOnes(t *testing.T) {
 	nd := newNode(t, 2, LeaseConfig{TTL: time.Minute, MinLease: 1000})
 	nd.open("acme", "key-acme", 20_000, "")
-	nd.waitStatus(0, "key-acme", 200, 5*time.Second)
+	nd.waitStatus(0, "key-acme", 200, await.Default)
 	var st int
 	var body []byte
-	refused := await.Poll(5*time.Second, func() bool {
+	refused := await.Poll(await.Default, func() bool {
 		st, body = nd.check(0, "key-acme", 50_000)
 		return st == 200 || st == 402 && bytes.Contains(body, []byte("balance-insufficient"))
 	})
@@ -229,7 +229,7 @@ func TestAnUnfundableQuoteDoesNotStarveSmallOnes(t *testing.T) {
 		t.Fatalf("a quote above the balance: %d %s", st, body)
 	}
 	for i := range nd.shards {
-		nd.waitStatus(i, "key-acme", 200, 2*time.Second)
+		nd.waitStatus(i, "key-acme", 200, await.Default)
 	}
 }
 
@@ -241,7 +241,7 @@ func TestAnIdleAccountsLeaseIsHandedBackOnce(t *testing.T) {
 	clock := newTestClock()
 	nd := newNodeOn(t, 2, LeaseConfig{TTL: ttl}, clock.Now)
 	nd.open("acme", "key-acme", 100_000, "")
-	nd.waitStatus(0, "key-acme", 200, 5*time.Second)
+	nd.waitStatus(0, "key-acme", 200, await.Default)
 	// idle moves the clock through lifetimes a quarter of one at a time,
 	// letting the plane finish what each step asks of it (a renewal, a
 	// hand-back) before the next.
@@ -330,7 +330,7 @@ func TestAStoppedPlaneTurnsPublishersAway(t *testing.T) {
 func TestPlaneSaysWhileASyncHoldsUsage(t *testing.T) {
 	nd := newNode(t, 1, LeaseConfig{TTL: time.Minute})
 	nd.open("acme", "key-acme", 1_000_000, "")
-	nd.waitStatus(0, "key-acme", 200, 5*time.Second)
+	nd.waitStatus(0, "key-acme", 200, await.Default)
 	await.True(t, "no sync in flight once the spool is durable", func() bool { return !nd.syncing.Load() })
 
 	nd.spool.hold()

@@ -89,7 +89,7 @@ func TestKeysUsedReachTheLedger(t *testing.T) {
 	nd.open("used", "key-used-0123456789", 1000, "")
 	nd.open("idle", "key-idle-0123456789", 1000, "")
 	before := time.Now().UnixNano()
-	nd.waitStatus(1, "key-used-0123456789", 200, 5*time.Second)
+	nd.waitStatus(1, "key-used-0123456789", 200, await.Default)
 	lastUsed := func() map[string]int64 {
 		ks, err := nd.store.Keys(context.Background(), "")
 		if err != nil {
@@ -102,7 +102,7 @@ func TestKeysUsedReachTheLedger(t *testing.T) {
 		return out
 	}
 	var got map[string]int64
-	if !await.Poll(5*time.Second, func() bool { got = lastUsed(); return got["k-used"] != 0 }) {
+	if !await.Poll(await.Default, func() bool { got = lastUsed(); return got["k-used"] != 0 }) {
 		t.Fatalf("last use never recorded: %v", got)
 	}
 	if got["k-used"] < before {

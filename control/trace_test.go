@@ -25,7 +25,7 @@ func TestControlPlaneWorkIsTraced(t *testing.T) {
 
 	nd := newNode(t, 2, LeaseConfig{TTL: time.Minute})
 	nd.open("acme", "key-acme", 1_000_000, "")
-	nd.waitStatus(0, "key-acme", 200, 5*time.Second)
+	nd.waitStatus(0, "key-acme", 200, await.Default)
 	acct, err := nd.store.Account(context.Background(), "acme")
 	if err != nil {
 		t.Fatal(err)
@@ -37,7 +37,7 @@ func TestControlPlaneWorkIsTraced(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]bool{"ledger.acquire": false, "export.settle": false, "provision.account": false, "provision.load": false}
-	seen := await.Poll(5*time.Second, func() bool {
+	seen := await.Poll(await.Default, func() bool {
 		for _, s := range exp.GetSpans() {
 			attrs := map[string]string{}
 			for _, a := range s.Attributes {

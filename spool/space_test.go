@@ -70,11 +70,11 @@ func appendOne(t *testing.T, s *Spool, seq uint64) {
 	}
 }
 
-// waitDurable waits (bounded) until every record up to seq is durable.
-func waitDurable(t *testing.T, s *Spool, seq uint64, within time.Duration) {
+// waitDurable waits until every record up to seq is durable.
+func waitDurable(t *testing.T, s *Spool, seq uint64) {
 	t.Helper()
-	if !await.Poll(within, func() bool { return s.Durable() >= seq }) {
-		t.Fatalf("durable %d, want %d within %v (health %v)", s.Durable(), seq, within, s.Health())
+	if !await.Poll(await.Default, func() bool { return s.Durable() >= seq }) {
+		t.Fatalf("durable %d, want %d (health %v)", s.Durable(), seq, s.Health())
 	}
 }
 
@@ -150,7 +150,7 @@ func TestAFullDiskIsWaitedOut(t *testing.T) {
 	}
 
 	disk.limit.Store(1 << 62) // room again
-	waitDurable(t, s, seq, 2*time.Second)
+	waitDurable(t, s, seq)
 	if err := s.Sync(); err != nil {
 		t.Fatalf("Sync after room came back: %v", err)
 	}
@@ -281,7 +281,7 @@ func TestARealFullFilesystem(t *testing.T) {
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	waitDurable(t, s, seq, 3*time.Second)
+	waitDurable(t, s, seq)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
