@@ -12,6 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/tollgated/tollgated/credential"
+	"github.com/tollgated/tollgated/internal/await"
 )
 
 // TestMetricsHistoryKeepsTheRecentPastOfTheDrawnSeries: the samples the
@@ -108,7 +109,7 @@ func TestStopHistoryWaitsForTheSampler(t *testing.T) {
 	}
 	defer hs.Close()
 	srv.KeepHistory()
-	waitFor(t, func() bool { return gathers.Load() > 0 }) // it samples at once
+	await.True(t, "a first sample", func() bool { return gathers.Load() > 0 }) // it samples at once
 	srv.StopHistory()
 	n := gathers.Load()
 	srv.StopHistory()

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tollgated/tollgated/credential"
+	"github.com/tollgated/tollgated/internal/await"
 )
 
 // addr is the harness listener's host:port.
@@ -193,7 +195,7 @@ func TestConnectionCap(t *testing.T) {
 	held := h.busyConns(3)
 	// The three are accepted and each is in a request (its handler waits
 	// for the body); a fourth is refused.
-	waitFor(t, func() bool { return h.metricValue("tollgated_admin_connections") == 3 })
+	await.True(t, "three connections open", func() bool { return h.metricValue("tollgated_admin_connections") == 3 })
 	for range 5 {
 		c, err := net.Dial("tcp", h.addr())
 		if err != nil {
@@ -217,7 +219,7 @@ func TestConnectionCap(t *testing.T) {
 		t.Fatalf("%v busy connections evicted", n)
 	}
 	held[0].Close()
-	waitFor(t, func() bool { return h.metricValue("tollgated_admin_connections") == 2 })
+	await.True(t, "two connections open", func() bool { return h.metricValue("tollgated_admin_connections") == 2 })
 	h.ok(http.StatusOK, "GET", "/v1/leases", "")
 }
 
@@ -306,7 +308,7 @@ func TestIdleSocketsGiveWayToARequest(t *testing.T) {
 		}
 		silent = append(silent, c)
 	}
-	waitFor(t, func() bool { return h.metricValue("tollgated_admin_connections_evicted_total") >= 47 })
+	await.True(t, "47 connections evicted", func() bool { return h.metricValue("tollgated_admin_connections_evicted_total") >= 47 })
 	start := time.Now()
 	h.ok(http.StatusOK, "GET", "/v1/leases", "")
 	if took := time.Since(start); took > time.Second {
@@ -341,7 +343,12 @@ func TestProfileOutlivesTheTimeouts(t *testing.T) {
 		defer wg.Done()
 		status, _, body = h.call("GET", "/debug/pprof/profile?seconds=2", "")
 	}()
-	time.Sleep(300 * time.Millisecond)
+	// The profile runs once its handler waits out its seconds, in
+	// net/http/pprof's sleep, with the profile started and the lock held.
+	await.True(t, "the CPU profile running", func() bool {
+		buf := make([]byte, 1<<20)
+		return bytes.Contains(buf[:runtime.Stack(buf, true)], []byte("net/http/pprof.sleep("))
+	})
 	h.fails(http.StatusConflict, codeBusy, "GET", "/debug/pprof/trace?seconds=1", "")
 	wg.Wait()
 	if status != http.StatusOK || len(body) == 0 || time.Since(start) < 2*time.Second {
@@ -465,15 +472,4 @@ func (h *harness) metricValue(name string) float64 {
 	}
 	h.t.Fatalf("no metric %s", name)
 	return 0
-}
-
-// waitFor polls cond for up to 2 s.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(2 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached within 2 s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }

@@ -1,10 +1,12 @@
 package agentadmission
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"github.com/tollgated/tollgated/internal/await"
 )
 
 const failMsg = "admission: call failed, admitting"
@@ -179,9 +182,10 @@ func TestSingleFlight(t *testing.T) {
 		t.Fatal("no platform call after the cache expired")
 	}
 	started.Wait()
-	// Give the herd time to pile up behind the call. Without single
-	// flight each of them would be blocked in its own call by now.
-	time.Sleep(100 * time.Millisecond)
+	// Let the herd pile up behind the call: all but its leader parked on
+	// the flight. Without single flight they would each be in a call of
+	// their own, and the platform would count them.
+	await.True(t, "the herd waiting on the one call", func() bool { return waitingOnAFlight() == n-1 })
 	close(release)
 	done.Wait()
 
@@ -409,4 +413,20 @@ func TestAuditFailureKeepsDeny(t *testing.T) {
 	if n := len(r.logs.warns(t, "admission: audit event not recorded")); n != 1 {
 		t.Fatalf("%d audit warnings", n)
 	}
+}
+
+// waitingOnAFlight counts the goroutines that wait in decide for another
+// request's platform call: parked on a channel there, with no call of
+// their own on the stack.
+func waitingOnAFlight() int {
+	buf := make([]byte, 1<<22)
+	buf = buf[:runtime.Stack(buf, true)]
+	n := 0
+	for _, g := range bytes.Split(buf, []byte("\n\n")) {
+		if bytes.Contains(g, []byte("[chan receive")) && bytes.Contains(g, []byte("(*Checker).decide(")) &&
+			!bytes.Contains(g, []byte("(*Checker).ask(")) {
+			n++
+		}
+	}
+	return n
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tollgated/tollgated/control/record"
 	"github.com/tollgated/tollgated/core"
+	"github.com/tollgated/tollgated/internal/await"
 	"github.com/tollgated/tollgated/ledger"
 	"github.com/tollgated/tollgated/ledger/boltstore"
 )
@@ -204,9 +205,10 @@ func TestExportRefusesASpoolBehindItsMark(t *testing.T) {
 type laggingSpool struct {
 	*memSpool
 	shown atomic.Uint64
+	reads atomic.Int64 // calls of Durable
 }
 
-func (s *laggingSpool) Durable() uint64 { return s.shown.Load() }
+func (s *laggingSpool) Durable() uint64 { s.reads.Add(1); return s.shown.Load() }
 
 // TestExporterWokenBeforeDurableShowsStillExports: the spool calls
 // OnDurable (WakeAt) before its Durable reports the records; the pass that
@@ -222,12 +224,14 @@ func TestExporterWokenBeforeDurableShowsStillExports(t *testing.T) {
 	defer func() { close(stop); <-done }()
 	spoolUsage(mem, leaseEvent(l, 1, 10))
 	e.WakeAt(1)
-	time.Sleep(30 * time.Millisecond) // that pass found nothing
+	// The woken pass reads Durable three times — against the ledger's
+	// mark, for how far to export, and to decide whether more is pending
+	// — and finds nothing each time; only after the last has it decided
+	// whether to sleep.
+	await.True(t, "the woken pass to have looked at the spool", func() bool { return sp.reads.Load() >= 3 })
 	sp.shown.Store(1)
-	for deadline := time.Now().Add(2 * time.Second); e.Stats().Events != 1; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the record durable after its wake-up was never exported: %+v", e.Stats())
-		}
+	if !await.Poll(await.Default, func() bool { return e.Stats().Events == 1 }) {
+		t.Fatalf("the record durable after its wake-up was never exported: %+v", e.Stats())
 	}
 }
 

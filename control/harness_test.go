@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 	"github.com/tollgated/tollgated/control/plane"
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/credential"
+	"github.com/tollgated/tollgated/internal/await"
 	"github.com/tollgated/tollgated/ledger"
 	"github.com/tollgated/tollgated/ledger/boltstore"
 	"github.com/tollgated/tollgated/ring"
@@ -38,15 +40,39 @@ type node struct {
 	syncing  *shard.SpoolSyncing
 	exporter *Exporter
 	prov     *Provisioner
+	// now is the clock the plane and the shards read: the wall clock, or
+	// a testClock the test moves by hand.
+	now func() int64
 }
 
+// testClock is a clock a test moves by hand. A node built on one reads no
+// other, so "past a lease's lifetime" is an Advance, not a sleep.
+type testClock struct{ ns atomic.Int64 }
+
+// newTestClock starts at the wall clock's now, so that ledger records
+// written with it look ordinary.
+func newTestClock() *testClock {
+	c := &testClock{}
+	c.ns.Store(time.Now().UnixNano())
+	return c
+}
+
+func (c *testClock) Now() int64              { return c.ns.Load() }
+func (c *testClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+
 func newNode(t *testing.T, n int, lc LeaseConfig) *node {
+	t.Helper()
+	return newNodeOn(t, n, lc, func() int64 { return time.Now().UnixNano() })
+}
+
+// newNodeOn is newNode with the plane and the shards reading now.
+func newNodeOn(t *testing.T, n int, lc LeaseConfig, now func() int64) *node {
 	t.Helper()
 	store, err := boltstore.Open(filepath.Join(t.TempDir(), "ledger.db"), boltstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	nd := &node{t: t, store: store, spool: &memSpool{}, syncing: new(shard.SpoolSyncing), mu: make([]sync.Mutex, n)}
+	nd := &node{t: t, store: store, spool: &memSpool{}, syncing: new(shard.SpoolSyncing), mu: make([]sync.Mutex, n), now: now}
 	var links []Link
 	for i := range n {
 		inR, _ := ring.New[message.Inbound](1024)
@@ -65,7 +91,7 @@ func newNode(t *testing.T, n int, lc LeaseConfig) *node {
 	claims := NewPostPaidClaims()
 	keysUsed := func(keys []plane.KeyUsed) { nd.prov.KeysUsed(keys) }
 	p, err := New(Config{Store: store, Spool: nd.spool, Holder: "test-node", Lease: lc, Claims: claims,
-		KeysUsed: keysUsed, KeyUseFlush: 20 * time.Millisecond, Syncing: nd.syncing}, links)
+		KeysUsed: keysUsed, KeyUseFlush: 20 * time.Millisecond, Syncing: nd.syncing, Now: now}, links)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,16 +109,20 @@ func newNode(t *testing.T, n int, lc LeaseConfig) *node {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// A shard's loop polls between requests; a ticker stands in
+			// for the requests, and lets the driver end as soon as stop
+			// closes.
+			tick := time.NewTicker(50 * time.Microsecond)
+			defer tick.Stop()
 			for {
 				select {
 				case <-stop:
 					return
-				default:
+				case <-tick.C:
 				}
 				nd.mu[i].Lock()
-				nd.shards[i].Poll(time.Now().UnixNano())
+				nd.shards[i].Poll(nd.now())
 				nd.mu[i].Unlock()
-				time.Sleep(50 * time.Microsecond)
 			}
 		}()
 	}
@@ -108,7 +138,7 @@ const testPolicy = `{"permissions":["chat"],"operations":{"requests":{"weight":1
 func (nd *node) open(id core.AccountID, key string, units core.CostUnits, extraLimits string) {
 	nd.t.Helper()
 	ctx := context.Background()
-	now := time.Now().UnixNano()
+	now := nd.now()
 	if _, _, err := nd.store.CreateAccount(ctx, ledger.AccountSpec{ID: id}, now); err != nil {
 		nd.t.Fatal(err)
 	}
@@ -150,7 +180,7 @@ func (nd *node) check(i int, key string, count int) (int, []byte) {
 	req.Header.Set("Authorization", "Bearer "+key)
 	req.SetBodyString(`{"workload":[{"op":"requests","count":` + strconv.Itoa(count) + `}]}`)
 	nd.mu[i].Lock()
-	nd.shards[i].Serve(&shard.Request{Req: req, Resp: resp, Now: time.Now().UnixNano()})
+	nd.shards[i].Serve(&shard.Request{Req: req, Resp: resp, Now: nd.now()})
 	nd.mu[i].Unlock()
 	return resp.StatusCode(), append([]byte(nil), resp.Body()...)
 }
@@ -158,17 +188,28 @@ func (nd *node) check(i int, key string, count int) (int, []byte) {
 // waitStatus checks on shard i until the answer is want.
 func (nd *node) waitStatus(i int, key string, want int, within time.Duration) {
 	nd.t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		st, body := nd.check(i, key, 1)
-		if st == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			nd.t.Fatalf("shard %d: %d %s, want %d within %v", i, st, body, want, within)
-		}
-		time.Sleep(200 * time.Microsecond)
+	var st int
+	var body []byte
+	if !await.Poll(within, func() bool { st, body = nd.check(i, key, 1); return st == want }) {
+		nd.t.Fatalf("shard %d: %d %s, want %d within %v", i, st, body, want, within)
 	}
+}
+
+// settle waits until the plane has no ledger call out and has run the
+// answers to those it made: after the clock moved, the plane has then
+// done all that the move asked of it. (A call's answer is posted as a
+// command before the worker counts the call done, and commands run in
+// order, so one command run after the count reached zero runs after every
+// answer.)
+func (nd *node) settle() {
+	nd.t.Helper()
+	await.True(nd.t, "the plane's ledger calls answered", func() bool {
+		if nd.plane.worker.pending() != 0 {
+			return false
+		}
+		nd.plane.do(func(*plane.Machine, int64) {})
+		return nd.plane.worker.pending() == 0
+	})
 }
 
 // hammer sends checks on the given shards as fast as it can for d and
@@ -218,7 +259,7 @@ func (nd *node) spend(shards []int, key string, within time.Duration) (admitted 
 					return
 				}
 				if st != 200 {
-					time.Sleep(100 * time.Microsecond)
+					runtime.Gosched() // let the plane fund the shard
 				}
 			}
 		}()

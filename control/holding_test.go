@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgated/tollgated/core"
+	"github.com/tollgated/tollgated/internal/await"
 	"github.com/tollgated/tollgated/ledger"
 )
 
@@ -30,18 +32,16 @@ func TestHoldingCountsTheLeasesAnAccountFunds(t *testing.T) {
 		}
 	}
 	nd.bindKey("ws", "key-ws")
-	nd.waitStatus(0, "key-ws", 200, 5*time.Second)
+	nd.waitStatus(0, "key-ws", 200, await.Default)
 
 	// The shards report their spending asynchronously: read until the
 	// holdings stand still.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		ws, org := nd.plane.Holding("ws"), nd.plane.Holding("org")
-		if ws > 0 && org == ws && nd.plane.Holding("ws") == ws {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("held for org %d, for its workspace %d: the workspace's lease is funded by org too", org, ws)
-		}
+	var ws, orgHeld core.CostUnits
+	if !await.Poll(await.Default, func() bool {
+		ws, orgHeld = nd.plane.Holding("ws"), nd.plane.Holding("org")
+		return ws > 0 && orgHeld == ws && nd.plane.Holding("ws") == ws
+	}) {
+		t.Fatalf("held for org %d, for its workspace %d: the workspace's lease is funded by org too", orgHeld, ws)
 	}
 	org, err := nd.store.Account(ctx, "org")
 	if err != nil {
@@ -53,14 +53,11 @@ func TestHoldingCountsTheLeasesAnAccountFunds(t *testing.T) {
 
 	// The org's own traffic adds its own lease.
 	nd.bindKey("org", "key-org")
-	nd.waitStatus(1, "key-org", 200, 5*time.Second)
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		ws, org := nd.plane.Holding("ws"), nd.plane.Holding("org")
-		if org > ws && nd.plane.Holding("ws") == ws {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("held for org %d, for its workspace %d: the org's own lease is not counted", org, ws)
-		}
+	nd.waitStatus(1, "key-org", 200, await.Default)
+	if !await.Poll(await.Default, func() bool {
+		ws, orgHeld = nd.plane.Holding("ws"), nd.plane.Holding("org")
+		return orgHeld > ws && nd.plane.Holding("ws") == ws
+	}) {
+		t.Fatalf("held for org %d, for its workspace %d: the org's own lease is not counted", orgHeld, ws)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/tollgated/tollgated/control/message"
 	"github.com/tollgated/tollgated/control/plane"
 	"github.com/tollgated/tollgated/core"
+	"github.com/tollgated/tollgated/internal/await"
 	"github.com/tollgated/tollgated/ledger/boltstore"
 	"github.com/tollgated/tollgated/ring"
 	"github.com/tollgated/tollgated/shard"
@@ -155,7 +156,7 @@ func newBenchRig(b *testing.B, n int, checkBody string, slice core.CostUnits) *b
 		store.Close()
 	}}
 
-	nd := &node{t: b, store: store, plane: p, prov: NewProvisioner(p, store)}
+	nd := &node{t: b, store: store, plane: p, prov: NewProvisioner(p, store), now: func() int64 { return time.Now().UnixNano() }}
 	var keys []string
 	for a := range benchAccounts {
 		key := fmt.Sprintf("bench-key-%d", a)
@@ -169,20 +170,17 @@ func newBenchRig(b *testing.B, n int, checkBody string, slice core.CostUnits) *b
 
 	// Every shard must know every key before the load starts: provisioning
 	// reaches a shard when it polls.
-	deadline := time.Now().Add(10 * time.Second)
 	for _, bs := range shards {
 		for _, key := range keys {
-			for {
+			learned := await.Poll(await.Default, func() bool {
 				bs.s.Poll(time.Now().UnixNano())
 				bs.serve("/v1/check", key, bs.checkBody, time.Now().UnixNano())
-				if st := bs.resp.StatusCode(); st != 401 && st != 403 {
-					break
-				}
-				if time.Now().After(deadline) {
-					rig.close()
-					b.Fatalf("shard never learned key %s: %d %s", key, bs.resp.StatusCode(), bs.resp.Body())
-				}
-				time.Sleep(100 * time.Microsecond)
+				st := bs.resp.StatusCode()
+				return st != 401 && st != 403
+			})
+			if !learned {
+				rig.close()
+				b.Fatalf("shard never learned key %s: %d %s", key, bs.resp.StatusCode(), bs.resp.Body())
 			}
 		}
 	}

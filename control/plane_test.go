@@ -11,6 +11,7 @@ import (
 	"github.com/tollgated/tollgated/control/message"
 	"github.com/tollgated/tollgated/control/plane"
 	"github.com/tollgated/tollgated/core"
+	"github.com/tollgated/tollgated/internal/await"
 	"github.com/tollgated/tollgated/ledger"
 	"github.com/tollgated/tollgated/ledger/boltstore"
 	"github.com/tollgated/tollgated/ring"
@@ -25,7 +26,7 @@ const rateLimits = `"request_rate":2000,"request_burst":200`
 func TestRateLimitIsExactAcrossShards(t *testing.T) {
 	nd := newNode(t, 4, LeaseConfig{TTL: time.Minute})
 	nd.open("acme", "key-acme", 1<<40, rateLimits)
-	nd.waitStatus(0, "key-acme", 200, 5*time.Second)
+	nd.waitStatus(0, "key-acme", 200, await.Default)
 	start := time.Now()
 	got := nd.hammer([]int{0, 1, 2, 3}, "key-acme", 1500*time.Millisecond)
 	elapsed := time.Since(start).Seconds()
@@ -44,7 +45,7 @@ func TestRateLimitIsExactAcrossShards(t *testing.T) {
 func TestOneShardCanUseNearlyTheWholeLimit(t *testing.T) {
 	nd := newNode(t, 4, LeaseConfig{TTL: time.Minute})
 	nd.open("acme", "key-acme", 1<<40, rateLimits)
-	nd.waitStatus(2, "key-acme", 200, 5*time.Second)
+	nd.waitStatus(2, "key-acme", 200, await.Default)
 	nd.hammer([]int{2}, "key-acme", 300*time.Millisecond) // let the shares follow the traffic
 	start := time.Now()
 	got := nd.hammer([]int{2}, "key-acme", 1500*time.Millisecond)
@@ -106,7 +107,7 @@ func TestSuspensionReachesEveryShardWithin100ms(t *testing.T) {
 	nd := newNode(t, 3, LeaseConfig{TTL: time.Minute})
 	nd.open("acme", "key-acme", 1_000_000, "")
 	for i := range nd.shards {
-		nd.waitStatus(i, "key-acme", 200, 5*time.Second)
+		nd.waitStatus(i, "key-acme", 200, await.Default)
 	}
 	for _, st := range []struct {
 		status core.Status
@@ -150,7 +151,7 @@ func TestSuspendingAScopeStopsEveryAccountBelowIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	nd.bindKey("agent", "key-agent")
-	nd.waitStatus(0, "key-agent", 200, 5*time.Second)
+	nd.waitStatus(0, "key-agent", 200, await.Default)
 	for _, c := range []struct {
 		status core.Status
 		want   int
@@ -196,17 +197,11 @@ func (nd *node) bindKey(id core.AccountID, key string) {
 func TestAQuoteAboveTheLeaseGrowsIt(t *testing.T) {
 	nd := newNode(t, 2, LeaseConfig{TTL: time.Minute, MinLease: 1000})
 	nd.open("acme", "key-acme", 1_000_000, "")
-	nd.waitStatus(0, "key-acme", 200, 5*time.Second)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		st, body := nd.check(0, "key-acme", 50_000)
-		if st == 200 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a 50,000-unit quote never funded: %d %s", st, body)
-		}
-		time.Sleep(time.Millisecond)
+	nd.waitStatus(0, "key-acme", 200, await.Default)
+	var st int
+	var body []byte
+	if !await.Poll(await.Default, func() bool { st, body = nd.check(0, "key-acme", 50_000); return st == 200 }) {
+		t.Fatalf("a 50,000-unit quote never funded: %d %s", st, body)
 	}
 	active, err := nd.store.Leases(context.Background(), true)
 	if err != nil || len(active) != 1 || active[0].Granted < 50_000 {
@@ -223,20 +218,18 @@ func TestAQuoteAboveTheLeaseGrowsIt(t *testing.T) {
 func TestAnUnfundableQuoteDoesNotStarveSmallOnes(t *testing.T) {
 	nd := newNode(t, 2, LeaseConfig{TTL: time.Minute, MinLease: 1000})
 	nd.open("acme", "key-acme", 20_000, "")
-	nd.waitStatus(0, "key-acme", 200, 5*time.Second)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		st, body := nd.check(0, "key-acme", 50_000)
-		if st == 402 && bytes.Contains(body, []byte("balance-insufficient")) {
-			break
-		}
-		if st == 200 || time.Now().After(deadline) {
-			t.Fatalf("a quote above the balance: %d %s", st, body)
-		}
-		time.Sleep(time.Millisecond)
+	nd.waitStatus(0, "key-acme", 200, await.Default)
+	var st int
+	var body []byte
+	refused := await.Poll(await.Default, func() bool {
+		st, body = nd.check(0, "key-acme", 50_000)
+		return st == 200 || st == 402 && bytes.Contains(body, []byte("balance-insufficient"))
+	})
+	if !refused || st == 200 {
+		t.Fatalf("a quote above the balance: %d %s", st, body)
 	}
 	for i := range nd.shards {
-		nd.waitStatus(i, "key-acme", 200, 2*time.Second)
+		nd.waitStatus(i, "key-acme", 200, await.Default)
 	}
 }
 
@@ -244,14 +237,31 @@ func TestAnUnfundableQuoteDoesNotStarveSmallOnes(t *testing.T) {
 // that sees no more traffic hands its lease back once and then causes no
 // ledger call at all.
 func TestAnIdleAccountsLeaseIsHandedBackOnce(t *testing.T) {
-	nd := newNode(t, 2, LeaseConfig{TTL: 300 * time.Millisecond})
+	const ttl = 300 * time.Millisecond
+	clock := newTestClock()
+	nd := newNodeOn(t, 2, LeaseConfig{TTL: ttl}, clock.Now)
 	nd.open("acme", "key-acme", 100_000, "")
-	nd.waitStatus(0, "key-acme", 200, 5*time.Second)
-	time.Sleep(600 * time.Millisecond) // two lifetimes
+	nd.waitStatus(0, "key-acme", 200, await.Default)
+	// idle moves the clock through lifetimes a quarter of one at a time,
+	// letting the plane finish what each step asks of it (a renewal, a
+	// hand-back) before the next.
+	idle := func(lifetimes int) {
+		for range 4 * lifetimes {
+			nd.settle()
+			clock.Advance(ttl / 4)
+			nd.plane.Kick()
+		}
+		nd.settle()
+	}
+	idle(2)
+	// The hand-back asks the shards for their slices first: it ends when
+	// they answer, which no clock decides.
+	await.True(t, "the idle lease released", func() bool { return nd.stats().Funding.Released != 0 })
+	nd.settle()
 	before := nd.stats().Funding
-	time.Sleep(900 * time.Millisecond) // three more
+	idle(3)
 	after := nd.stats().Funding
-	t.Logf("after 0.6 s idle: %+v; 0.9 s later: %+v", before, after)
+	t.Logf("after two idle lifetimes: %+v; three more later: %+v", before, after)
 	if before.Released != 1 || after != before {
 		t.Fatalf("an idle account's lease: released %d, then %+v → %+v", before.Released, before, after)
 	}
@@ -320,31 +330,22 @@ func TestAStoppedPlaneTurnsPublishersAway(t *testing.T) {
 func TestPlaneSaysWhileASyncHoldsUsage(t *testing.T) {
 	nd := newNode(t, 1, LeaseConfig{TTL: time.Minute})
 	nd.open("acme", "key-acme", 1_000_000, "")
-	nd.waitStatus(0, "key-acme", 200, 5*time.Second)
-	waitFor(t, "no sync in flight once the spool is durable", func() bool { return !nd.syncing.Load() })
+	nd.waitStatus(0, "key-acme", 200, await.Default)
+	await.True(t, "no sync in flight once the spool is durable", func() bool { return !nd.syncing.Load() })
 
 	nd.spool.hold()
 	if st, body := nd.check(0, "key-acme", 1); st != 200 {
 		t.Fatalf("check: %d %s", st, body)
 	}
 	nd.plane.Kick()
-	waitFor(t, "a sync in flight once the usage is appended", nd.syncing.Load)
-	time.Sleep(20 * time.Millisecond)
-	if !nd.syncing.Load() {
-		t.Fatal("the sync has not ended, yet the plane says none is in flight")
-	}
+	await.True(t, "a sync in flight once the usage is appended", nd.syncing.Load)
+	// The plane is the flag's one writer: clear it on the plane's
+	// goroutine, and the pass that follows must say again that the sync
+	// is in flight.
+	nd.plane.do(func(*plane.Machine, int64) { nd.syncing.Set(false) })
+	nd.plane.Kick()
+	await.True(t, "a later pass to say the held sync is in flight (it has not ended)", nd.syncing.Load)
 	nd.spool.release()
 	nd.plane.Kick() // as the daemon's OnDurable does
-	waitFor(t, "no sync in flight once it ended", func() bool { return !nd.syncing.Load() })
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	await.True(t, "no sync in flight once it ended", func() bool { return !nd.syncing.Load() })
 }

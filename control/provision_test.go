@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tollgated/tollgated/core"
+	"github.com/tollgated/tollgated/internal/await"
 	"github.com/tollgated/tollgated/ledger"
 )
 
@@ -88,7 +89,7 @@ func TestKeysUsedReachTheLedger(t *testing.T) {
 	nd.open("used", "key-used-0123456789", 1000, "")
 	nd.open("idle", "key-idle-0123456789", 1000, "")
 	before := time.Now().UnixNano()
-	nd.waitStatus(1, "key-used-0123456789", 200, 5*time.Second)
+	nd.waitStatus(1, "key-used-0123456789", 200, await.Default)
 	lastUsed := func() map[string]int64 {
 		ks, err := nd.store.Keys(context.Background(), "")
 		if err != nil {
@@ -100,20 +101,15 @@ func TestKeysUsedReachTheLedger(t *testing.T) {
 		}
 		return out
 	}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		got := lastUsed()
-		if got["k-used"] != 0 {
-			if got["k-used"] < before {
-				t.Fatalf("last use %d, before the check at %d", got["k-used"], before)
-			}
-			if got["k-idle"] != 0 {
-				t.Fatalf("an unused key has a last use: %v", got)
-			}
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("last use never recorded: %v", got)
-		}
+	var got map[string]int64
+	if !await.Poll(await.Default, func() bool { got = lastUsed(); return got["k-used"] != 0 }) {
+		t.Fatalf("last use never recorded: %v", got)
+	}
+	if got["k-used"] < before {
+		t.Fatalf("last use %d, before the check at %d", got["k-used"], before)
+	}
+	if got["k-idle"] != 0 {
+		t.Fatalf("an unused key has a last use: %v", got)
 	}
 }
 
@@ -133,7 +129,7 @@ func TestEvidenceRefreshesKeepARefusedAccountsBackOff(t *testing.T) {
 		f := nd.stats().Funding
 		return f.Acquired + f.Extended + f.Refused + f.Errors
 	}
-	time.Sleep(200 * time.Millisecond)
+	nd.settle() // the calls the exhaustion made are answered: count from here
 	before := calls()
 	stop := make(chan struct{})
 	refreshed := make(chan int)

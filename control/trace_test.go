@@ -9,6 +9,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/tollgated/tollgated/internal/await"
 )
 
 // TestControlPlaneWorkIsTraced: with a tracer provider set, a lease grant
@@ -23,7 +25,7 @@ func TestControlPlaneWorkIsTraced(t *testing.T) {
 
 	nd := newNode(t, 2, LeaseConfig{TTL: time.Minute})
 	nd.open("acme", "key-acme", 1_000_000, "")
-	nd.waitStatus(0, "key-acme", 200, 5*time.Second)
+	nd.waitStatus(0, "key-acme", 200, await.Default)
 	acct, err := nd.store.Account(context.Background(), "acme")
 	if err != nil {
 		t.Fatal(err)
@@ -35,7 +37,7 @@ func TestControlPlaneWorkIsTraced(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]bool{"ledger.acquire": false, "export.settle": false, "provision.account": false, "provision.load": false}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	seen := await.Poll(await.Default, func() bool {
 		for _, s := range exp.GetSpans() {
 			attrs := map[string]string{}
 			for _, a := range s.Attributes {
@@ -56,11 +58,9 @@ func TestControlPlaneWorkIsTraced(t *testing.T) {
 		for _, ok := range want {
 			done = done && ok
 		}
-		if done {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("spans seen: %v (of %d)", want, len(exp.GetSpans()))
-		}
+		return done
+	})
+	if !seen {
+		t.Fatalf("spans seen: %v (of %d)", want, len(exp.GetSpans()))
 	}
 }

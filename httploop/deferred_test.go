@@ -15,6 +15,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/tollgated/tollgated/internal/await"
 	"github.com/tollgated/tollgated/ring"
 )
 
@@ -96,21 +97,28 @@ func TestDeferredInOrder(t *testing.T) {
 	// connections and after random delays.
 	go func() {
 		var pending []job
+		var left [conns]int // deferred answers each connection is still owed
+		for i := range left {
+			left[i] = 3
+		}
 		for answered := 0; answered < conns*3; {
-			if len(pending) == 0 {
-				pending = append(pending, <-d.jobs)
-			}
-		gather:
-			for {
-				select {
-				case j := <-d.jobs:
-					pending = append(pending, j)
-				default:
-					break gather
+			// A connection waits for its deferred answer before it
+			// dispatches more: once every connection still owed one has
+			// its next job pending, the shuffle reorders across all of
+			// them.
+			owed := 0
+			for _, n := range left {
+				if n > 0 {
+					owed++
 				}
 			}
+			for len(pending) < owed {
+				pending = append(pending, <-d.jobs)
+			}
 			rand.Shuffle(len(pending), func(i, k int) { pending[i], pending[k] = pending[k], pending[i] })
-			time.Sleep(time.Duration(rand.IntN(3)) * time.Millisecond)
+			var i int
+			fmt.Sscanf(pending[0].path, "/d/%d/", &i)
+			left[i]--
 			d.answer(pending[0])
 			pending = pending[1:]
 			answered++
@@ -156,7 +164,7 @@ func TestDeferredInOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 5*time.Second, "stats", func() bool { return d.Stats().Deferred == conns*3 })
+	await.True(t, "stats", func() bool { return d.Stats().Deferred == conns*3 })
 	if n := d.filled.Load(); n != conns*3 {
 		t.Fatalf("filled %d answers", n)
 	}
@@ -181,7 +189,7 @@ func TestDeferredConnectionReset(t *testing.T) {
 	j := d.nextJob(t)
 	c.SetLinger(0)
 	c.Close() // reset: the loop closes the connection at once
-	eventually(t, 5*time.Second, "connection closed", func() bool { return d.Stats().Conns == 0 })
+	await.True(t, "connection closed", func() bool { return d.Stats().Conns == 0 })
 
 	d.answer(j)
 	if ok := <-d.results; ok {
@@ -201,12 +209,16 @@ func TestDeferredConnectionReset(t *testing.T) {
 func TestDeferredAfterHalfClose(t *testing.T) {
 	// A client that sends its request and shuts its side still gets the
 	// deferred answer.
-	d := startDeferrer(t, Config{})
+	var idle atomic.Int64
+	d := startDeferrer(t, Config{BeforeBlock: func() { idle.Add(1) }})
 	c := dial(t, d.addr).(*net.TCPConn)
 	write(t, c, get("/d/half"))
 	c.CloseWrite()
 	j := d.nextJob(t)
-	time.Sleep(50 * time.Millisecond) // let the loop see the FIN first
+	// Let the loop see the FIN first: it was sent before the job was
+	// taken, and the loop goes idle only once no event is left.
+	was := idle.Load()
+	await.True(t, "the loop idle after taking the job", func() bool { return idle.Load() > was })
 	d.answer(j)
 	br := bufio.NewReader(c)
 	if _, body := readResponse(t, c, br, "GET"); body != "done /d/half" {
@@ -240,7 +252,7 @@ func TestDeferTimeout(t *testing.T) {
 	if d.filled.Load() != 0 {
 		t.Fatal("late fill called")
 	}
-	eventually(t, 5*time.Second, "stats", func() bool { return d.Stats().DeferTimeouts == 1 })
+	await.True(t, "stats", func() bool { return d.Stats().DeferTimeouts == 1 })
 }
 
 // TestCompleteInHandler defers and completes within the same handler call,

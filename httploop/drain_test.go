@@ -7,6 +7,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/tollgated/tollgated/internal/await"
 )
 
 func TestDrain(t *testing.T) {
@@ -22,7 +24,7 @@ func TestDrain(t *testing.T) {
 
 	d.Drain(time.Now().Add(10 * time.Second))
 	expectEOF(t, idle, ir) // idle connections go at once
-	eventually(t, 5*time.Second, "listener closed", func() bool {
+	await.True(t, "listener closed", func() bool {
 		c, err := net.DialTimeout("tcp", d.addr, time.Second)
 		if err == nil {
 			c.Close()

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tollgated/tollgated/internal/await"
 )
 
 // server is a Loop running on its own locked goroutine.
@@ -174,18 +176,6 @@ func errorIs(err error, target syscall.Errno) bool {
 	return e == target
 }
 
-// eventually polls cond until it holds or d passes.
-func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 func get(path string) string {
 	return "GET " + path + " HTTP/1.1\r\nHost: x\r\n\r\n"
 }
@@ -209,7 +199,7 @@ func TestKeepAliveNetHTTP(t *testing.T) {
 			t.Fatalf("headers %v", resp.Header)
 		}
 	}
-	eventually(t, 5*time.Second, "stats", func() bool { return s.Stats().Requests == 200 })
+	await.True(t, "stats", func() bool { return s.Stats().Requests == 200 })
 	if st := s.Stats(); st.Accepted != 1 || st.Conns != 1 {
 		t.Fatalf("200 keep-alive requests used %d connections (%d open)", st.Accepted, st.Conns)
 	}
@@ -252,7 +242,7 @@ func TestReusePortSpreadsConnections(t *testing.T) {
 		}
 		c.Close()
 	}
-	eventually(t, 5*time.Second, "stats", func() bool {
+	await.True(t, "stats", func() bool {
 		return s1.Stats().Requests+s2.Stats().Requests == n
 	})
 	a1, a2 := s1.Stats().Accepted, s2.Stats().Accepted
@@ -272,7 +262,7 @@ func TestMaxConns(t *testing.T) {
 	}
 	extra := dial(t, s.addr)
 	expectEOF(t, extra, bufio.NewReader(extra))
-	eventually(t, 5*time.Second, "rejection counted", func() bool { return s.Stats().Rejected == 1 })
+	await.True(t, "rejection counted", func() bool { return s.Stats().Rejected == 1 })
 	if st := s.Stats(); st.Accepted != 2 || st.Conns != 2 {
 		t.Fatalf("accepted %d, open %d", st.Accepted, st.Conns)
 	}
@@ -351,14 +341,14 @@ func TestTwoThousandConnections(t *testing.T) {
 	connected.Wait()
 	if open := s.Stats().Conns; open < n/2 {
 		// Stats lag by at most one iteration; most must be open.
-		eventually(t, 5*time.Second, "connections open", func() bool { return s.Stats().Conns == n })
+		await.True(t, "connections open", func() bool { return s.Stats().Conns == n })
 	}
 	finished.Wait()
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "all closed", func() bool { return s.Stats().Conns == 0 })
+	await.True(t, "all closed", func() bool { return s.Stats().Conns == 0 })
 	if st := s.Stats(); st.Accepted != n || st.Requests != 3*n {
 		t.Fatalf("accepted %d, requests %d", st.Accepted, st.Requests)
 	}
@@ -366,7 +356,7 @@ func TestTwoThousandConnections(t *testing.T) {
 
 func TestRunTwice(t *testing.T) {
 	s := start(t, testHandler, Config{})
-	eventually(t, 5*time.Second, "running", func() bool { return s.running.Load() })
+	await.True(t, "running", func() bool { return s.running.Load() })
 	if err := s.Run(); err == nil {
 		t.Fatal("second Run succeeded")
 	}

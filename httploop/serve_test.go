@@ -10,8 +10,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/tollgated/tollgated/internal/await"
 	"github.com/valyala/fasthttp"
 )
 
@@ -26,7 +26,7 @@ func TestConnectionClose(t *testing.T) {
 	}
 	expectEOF(t, c, br)
 	c.Close()
-	eventually(t, 5*time.Second, "close counted", func() bool { return s.Stats().Closed[CloseRequested] == 1 })
+	await.True(t, "close counted", func() bool { return s.Stats().Closed[CloseRequested] == 1 })
 	if n := s.Stats().Requests; n != 1 {
 		t.Fatalf("%d requests served after Connection: close", n)
 	}
@@ -189,7 +189,7 @@ func TestRefusals(t *testing.T) {
 			if _, body := readResponse(t, other, bufio.NewReader(other), "GET"); body != "/still" {
 				t.Fatalf("loop no longer serving: %q", body)
 			}
-			eventually(t, 5*time.Second, "close counted", func() bool { return s.Stats().Closed[tc.why] > before })
+			await.True(t, "close counted", func() bool { return s.Stats().Closed[tc.why] > before })
 		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgated/tollgated/internal/await"
 	"golang.org/x/sys/unix"
 )
 
@@ -31,10 +32,10 @@ func TestWakeFD(t *testing.T) {
 		if _, err := unix.Write(efd, one[:]); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 500*time.Millisecond, "OnWake", func() bool { return wakes.Load() > int64(i) })
+		await.Within(t, 500*time.Millisecond, "OnWake", func() bool { return wakes.Load() > int64(i) })
 	}
-	// Drained: the descriptor no longer reads as ready.
-	time.Sleep(50 * time.Millisecond)
+	// Drained: the descriptor no longer reads as ready. OnWake runs after
+	// the loop drained it.
 	if _, err := unix.Read(efd, one[:]); err != unix.EAGAIN {
 		t.Fatalf("eventfd not drained: %v", err)
 	}
@@ -76,7 +77,7 @@ func TestBeforeBlockRunsWhenTheLoopGoesIdle(t *testing.T) {
 	for i := 1; i <= 3; i++ {
 		write(t, c, "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n")
 		readResponse(t, c, br, "GET")
-		eventually(t, 500*time.Millisecond, "BeforeBlock after request "+strconv.Itoa(i),
+		await.Within(t, 500*time.Millisecond, "BeforeBlock after request "+strconv.Itoa(i),
 			func() bool { return seen.Load() == int64(i) })
 	}
 }

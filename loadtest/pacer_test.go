@@ -36,9 +36,9 @@ func TestSleeperSleepsAtLeast(t *testing.T) {
 }
 
 // TestSleeperBeatsTimerGranularity checks the reason the sleeper exists: in
-// an idle process, time.Sleep(200µs) takes about a millisecond on Linux;
-// the sleeper should wake within a fraction of that. The best of three
-// attempts is taken, since the machine is shared.
+// an idle process, a 200 µs sleep on the runtime's timer takes about a
+// millisecond on Linux; the sleeper should wake within a fraction of that.
+// The best of three attempts is taken, since the machine is shared.
 func TestSleeperBeatsTimerGranularity(t *testing.T) {
 	if testing.Short() {
 		t.Skip("timing test")

@@ -64,7 +64,7 @@ func TestDoorbellWakesPoller(t *testing.T) {
 		woke <- ok
 	}()
 	<-asleep
-	time.Sleep(20 * time.Millisecond) // most likely blocked in poll by now
+	awaitBlockedIn(t, "ring.pollIn(")
 	if !d.Push(newMsg(7)) {
 		t.Fatal("Push into an empty ring failed")
 	}

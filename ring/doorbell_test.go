@@ -1,6 +1,7 @@
 package ring
 
 import (
+	"bytes"
 	"errors"
 	"math/rand/v2"
 	"runtime"
@@ -8,7 +9,35 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tollgated/tollgated/internal/await"
 )
+
+// awaitBlockedIn waits until a goroutine with fn on its stack is blocked
+// there: parked, or in a system call. A test that must push to a consumer
+// already asleep states that, instead of sleeping and hoping.
+func awaitBlockedIn(t *testing.T, fn string) {
+	t.Helper()
+	await.True(t, "a goroutine blocked in "+fn, func() bool {
+		buf := make([]byte, 1<<20)
+		for _, g := range bytes.Split(buf[:runtime.Stack(buf, true)], []byte("\n\n")) {
+			header, _, _ := bytes.Cut(g, []byte("\n"))
+			if bytes.Contains(g, []byte(fn)) && !bytes.Contains(header, []byte("[running")) &&
+				!bytes.Contains(header, []byte("[runnable")) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// pause busy-waits for d: a pause at a point the seed picks, as short as
+// asked on a loaded machine, where a sleep lasts at least a timer tick.
+func pause(d time.Duration) {
+	for start := time.Now(); time.Since(start) < d; {
+		runtime.Gosched()
+	}
+}
 
 func newDoorbell(t testing.TB, capacity int) *Doorbell[msg] {
 	t.Helper()
@@ -34,7 +63,7 @@ func TestDoorbellWakesWaiter(t *testing.T) {
 		woke <- ok
 	}()
 	<-asleep
-	time.Sleep(20 * time.Millisecond)
+	awaitBlockedIn(t, "(*bell).wait(")
 	d.Push(newMsg(1))
 	if !<-woke {
 		t.Fatal("sleeping consumer was not woken within 5 s")
@@ -154,7 +183,7 @@ func TestDoorbellStress(t *testing.T) {
 			}
 			switch rng.IntN(16) {
 			case 0:
-				time.Sleep(time.Duration(rng.IntN(50)) * time.Microsecond)
+				pause(time.Duration(rng.IntN(50)) * time.Microsecond)
 			case 1, 2, 3, 4, 5, 6, 7:
 				for consumed.Load() < next {
 					if stopped() {

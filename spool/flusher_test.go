@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tollgated/tollgated/internal/await"
 )
 
 func TestCut(t *testing.T) {
@@ -101,7 +103,7 @@ func TestGroupCommit(t *testing.T) {
 			n++
 		}
 		if n%64 == 0 {
-			time.Sleep(50 * time.Microsecond)
+			pause(50 * time.Microsecond)
 		}
 	}
 	if err := s.Sync(); err != nil {
@@ -138,12 +140,10 @@ func TestBatchBytesFlushEarly(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(800 * time.Millisecond)
-	for s.Durable() < 65 {
-		if time.Now().After(deadline) {
-			t.Fatalf("Durable %d: a full batch waited for the interval", s.Durable())
-		}
-		time.Sleep(time.Millisecond)
+	// The bound is the property: less than the interval (1 s, the
+	// longest there is) since the flush Sync started.
+	if !await.Poll(800*time.Millisecond, func() bool { return s.Durable() >= 65 }) {
+		t.Fatalf("Durable %d: a full batch waited for the interval", s.Durable())
 	}
 }
 

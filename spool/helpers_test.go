@@ -6,9 +6,30 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 )
+
+// waitForRoom is what an appender refused with ErrFull does: it waits
+// until what is pending is durable, which frees the room, instead of
+// sleeping and trying again. A spool short of space answers at once (and
+// the caller retries until its own bound).
+func waitForRoom(s *Spool) {
+	if s.Sync() != nil {
+		runtime.Gosched()
+	}
+}
+
+// pause busy-waits for d. Stress tests pause at points their seed picks,
+// so that the flusher runs at different moments between the appends; a
+// spin lasts about what was asked on a loaded machine, where a sleep lasts
+// at least a timer tick (a millisecond or more).
+func pause(d time.Duration) {
+	for start := time.Now(); time.Since(start) < d; {
+		runtime.Gosched()
+	}
+}
 
 // payloadFor is the payload the tests append as record seq: its length and
 // bytes depend on seq only, so any reader can check what it got.
@@ -62,7 +83,7 @@ func appendN(t testing.TB, s *Spool, n int) uint64 {
 		want := s.Stats().Appended + 1
 		seq, err := s.Append(payloadFor(want))
 		if errors.Is(err, ErrFull) && time.Now().Before(deadline) {
-			time.Sleep(100 * time.Microsecond)
+			waitForRoom(s)
 			continue
 		}
 		if err != nil {

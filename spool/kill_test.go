@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tollgated/tollgated/internal/await"
 )
 
 // killChildEnv names the spool directory for TestKill9Child.
@@ -33,7 +35,7 @@ func TestKill9(t *testing.T) {
 	dir := t.TempDir()
 	var maxPrinted uint64
 	for round := range 3 {
-		printed := runAndKill(t, dir, time.Duration(100+100*round)*time.Millisecond)
+		printed := runAndKill(t, dir, 100+100*round)
 		if len(printed) == 0 {
 			t.Fatalf("round %d: child printed no durable seq", round)
 		}
@@ -81,10 +83,12 @@ func TestKill9(t *testing.T) {
 	}
 }
 
-// runAndKill starts the child on dir, lets it run for d after its first
-// durable notice, kills it with SIGKILL and returns the seqs it printed on
-// complete lines.
-func runAndKill(t *testing.T, dir string, d time.Duration) []uint64 {
+// runAndKill starts the child on dir, lets it run until it has printed
+// notices durable notices, kills it with SIGKILL and returns the seqs it
+// printed on complete lines. The kill lands at whatever point of a flush
+// the child has reached by then: counting notices rather than time keeps
+// each round's work the same on a busy machine.
+func runAndKill(t *testing.T, dir string, notices int) []uint64 {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestKill9Child$", "-test.count=1")
 	cmd.Env = append(os.Environ(), killChildEnv+"="+dir)
@@ -135,7 +139,11 @@ func runAndKill(t *testing.T, dir string, d time.Duration) []uint64 {
 		cmd.Wait()
 		t.Fatal("child printed nothing in 20 s")
 	}
-	time.Sleep(d)
+	if !await.Poll(await.Default, func() bool { mu.Lock(); defer mu.Unlock(); return len(printed) >= notices }) {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("child printed fewer than %d durable notices", notices)
+	}
 	if err := cmd.Process.Kill(); err != nil { // SIGKILL
 		t.Fatal(err)
 	}
@@ -184,7 +192,7 @@ func TestKill9Child(t *testing.T) {
 		fillPayload(p, next)
 		seq, err := s.Append(p)
 		if errors.Is(err, ErrFull) {
-			time.Sleep(100 * time.Microsecond)
+			waitForRoom(s)
 			continue
 		}
 		if err != nil {
@@ -198,7 +206,7 @@ func TestKill9Child(t *testing.T) {
 			// A brief pause now and then, as between a node's request
 			// bursts: many flushes of modest size rather than a few huge
 			// ones, so the kill lands in all phases of a flush.
-			time.Sleep(20 * time.Microsecond)
+			pause(20 * time.Microsecond)
 		}
 	}
 	s.Close()

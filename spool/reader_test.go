@@ -96,11 +96,18 @@ func TestConcurrentAppendReadRelease(t *testing.T) {
 		t.Skip("short")
 	}
 	dir := t.TempDir()
+	moved := make(chan struct{}, 1) // Durable moved since the exporter last looked
 	s := openT(t, dir, Options{
 		SegmentBytes:    64 << 10,
 		FlushInterval:   500 * time.Microsecond,
 		MaxPendingBytes: 1 << 20,
 		MaxBatchBytes:   256 << 10,
+		OnDurable: func(uint64) {
+			select {
+			case moved <- struct{}{}:
+			default:
+			}
+		},
 	})
 	deadline := time.Now().Add(30 * time.Second)
 	appendErr := make(chan error, 1)
@@ -109,7 +116,7 @@ func TestConcurrentAppendReadRelease(t *testing.T) {
 			got, err := s.Append(payloadFor(seq))
 			switch {
 			case errors.Is(err, ErrFull) && time.Now().Before(deadline):
-				time.Sleep(50 * time.Microsecond)
+				waitForRoom(s)
 				continue
 			case err != nil:
 				appendErr <- err
@@ -154,7 +161,12 @@ func TestConcurrentAppendReadRelease(t *testing.T) {
 		if last == 0 || last < s.Durable() {
 			continue
 		}
-		time.Sleep(200 * time.Microsecond)
+		// Caught up: wait for the next flush (a notice sent since the
+		// Durable above was read is still in the channel).
+		select {
+		case <-moved:
+		case <-time.After(time.Until(deadline)):
+		}
 	}
 	if err := <-appendErr; err != nil {
 		t.Fatal(err)

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tollgated/tollgated/internal/await"
 )
 
 // fullDisk is a filesystem as the flusher sees it through SetDiskFault:
@@ -19,6 +21,7 @@ import (
 type fullDisk struct {
 	limit   atomic.Int64
 	syncErr atomic.Pointer[error]
+	refused atomic.Int64 // writes refused with ENOSPC
 }
 
 func newFullDisk(s *Spool) *fullDisk {
@@ -32,6 +35,7 @@ func newFullDisk(s *Spool) *fullDisk {
 			return nil
 		}
 		if off+n > d.limit.Load() {
+			d.refused.Add(1)
 			return &os.PathError{Op: "write", Path: "segment", Err: syscall.ENOSPC}
 		}
 		return nil
@@ -66,15 +70,11 @@ func appendOne(t *testing.T, s *Spool, seq uint64) {
 	}
 }
 
-// waitDurable waits (bounded) until every record up to seq is durable.
-func waitDurable(t *testing.T, s *Spool, seq uint64, within time.Duration) {
+// waitDurable waits until every record up to seq is durable.
+func waitDurable(t *testing.T, s *Spool, seq uint64) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for s.Durable() < seq {
-		if time.Now().After(deadline) {
-			t.Fatalf("durable %d, want %d within %v (health %v)", s.Durable(), seq, within, s.Health())
-		}
-		time.Sleep(time.Millisecond)
+	if !await.Poll(await.Default, func() bool { return s.Durable() >= seq }) {
+		t.Fatalf("durable %d, want %d (health %v)", s.Durable(), seq, s.Health())
 	}
 }
 
@@ -137,24 +137,25 @@ func TestAFullDiskIsWaitedOut(t *testing.T) {
 		t.Fatalf("stats: %d no-space episodes, health %v", st.NoSpace, st.Health)
 	}
 	// More records wait behind the one that found no room.
+	refused := disk.refused.Load()
 	for range 3 {
 		seq++
 		appendOne(t, s, seq)
 	}
-	time.Sleep(50 * time.Millisecond) // a few retries on the schedule
+	// The spool tries again on its schedule: two more refused writes
+	// later, nothing more is durable.
+	await.True(t, "two more writes refused", func() bool { return disk.refused.Load() >= refused+2 })
 	if s.Durable() != seq-4 {
 		t.Fatalf("durable %d while the disk is full, want %d", s.Durable(), seq-4)
 	}
 
 	disk.limit.Store(1 << 62) // room again
-	waitDurable(t, s, seq, 2*time.Second)
+	waitDurable(t, s, seq)
 	if err := s.Sync(); err != nil {
 		t.Fatalf("Sync after room came back: %v", err)
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for s.Health() != Healthy && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	// OnHealth runs after the flusher has moved on: wait for it to be told.
+	await.Poll(await.Default, func() bool { return len(log.get()) >= 2 })
 	if got := log.get(); !slices.Equal(got, []Health{NoSpace, Healthy}) {
 		t.Fatalf("OnHealth was told %v, want [no-space healthy]", got)
 	}
@@ -226,10 +227,8 @@ func TestAFailedSyncIsForGood(t *testing.T) {
 			if _, err := s.Append(payloadFor(3)); !errors.Is(err, ErrBroken) {
 				t.Fatalf("Append after the disk healed = %v, want ErrBroken", err)
 			}
-			deadline := time.Now().Add(time.Second) // OnHealth runs after Sync is told
-			for len(log.get()) == 0 && time.Now().Before(deadline) {
-				time.Sleep(time.Millisecond)
-			}
+			// OnHealth runs after Sync is told.
+			await.Poll(await.Default, func() bool { return len(log.get()) != 0 })
 			if s.Health() != Broken || s.Durable() != 1 || !slices.Equal(log.get(), []Health{Broken}) {
 				t.Fatalf("health %v, durable %d, told %v", s.Health(), s.Durable(), log.get())
 			}
@@ -282,7 +281,7 @@ func TestARealFullFilesystem(t *testing.T) {
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	waitDurable(t, s, seq, 3*time.Second)
+	waitDurable(t, s, seq)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}

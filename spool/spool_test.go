@@ -91,7 +91,7 @@ func TestReplayAfterCrash(t *testing.T) {
 		for i := range n {
 			appendN(t, s, 1)
 			if i%256 == 0 {
-				time.Sleep(time.Duration(r.IntN(500)) * time.Microsecond)
+				pause(time.Duration(r.IntN(500)) * time.Microsecond)
 			}
 		}
 		s.crash()

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
+	"github.com/tollgated/tollgated/internal/await"
 	"github.com/tollgated/tollgated/internal/daemontest"
 )
 
@@ -62,10 +62,8 @@ func TestEventsListsAndFollowsTheBilledEventStream(t *testing.T) {
 		}
 		ids = append(ids, answer["request_id"].(string))
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for strings.Count(out.String(), "\n") < 3 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	// Short of three after the bound, the count below says so.
+	await.Poll(await.Default, func() bool { return strings.Count(out.String(), "\n") >= 3 })
 	cancel()
 	if code := <-done; code != 0 {
 		t.Fatalf("events --follow: exit %d: %s", code, errOut.String())

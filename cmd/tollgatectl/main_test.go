@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgated/tollgated/internal/await"
 	"github.com/tollgated/tollgated/internal/daemontest"
 )
 
@@ -157,13 +158,11 @@ func TestOperatingANodeEndToEnd(t *testing.T) {
 	// The usage event's id is the request_id the data plane answered; the
 	// exporter bills in batches, so the last check may land a pass later.
 	var usage map[string]any
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	await.Poll(await.Default, func() bool {
 		usage = c.json("usage", "acme")
 		items := usage["items"].([]any)
-		if len(items) > 0 && items[0].(map[string]any)["id"] == answer["request_id"] || time.Now().After(deadline) {
-			break
-		}
-	}
+		return len(items) > 0 && items[0].(map[string]any)["id"] == answer["request_id"]
+	})
 	if items := usage["items"].([]any); len(items) == 0 || items[0].(map[string]any)["id"] != answer["request_id"] {
 		t.Fatalf("usage %v, want the last check's request_id %v first", usage, answer["request_id"])
 	}
@@ -183,14 +182,10 @@ func TestOperatingANodeEndToEnd(t *testing.T) {
 	}
 
 	contains(t, "accounts status", c.ok("accounts", "status", "acme", "suspended"), "suspended")
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if status, _ := check(t, d, newSecret); status == 403 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("a suspended account's key still admits")
-		}
-	}
+	await.True(t, "a suspended account's key refused", func() bool {
+		status, _ := check(t, d, newSecret)
+		return status == 403
+	})
 	c.ok("keys", "revoke", "acme", rotated["id"].(string))
 
 	pt := c.json("platform-tokens", "create")
@@ -285,11 +280,14 @@ func TestTopShowsTrafficDenialsAndLatency(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// A little load: a check every 2 ms at most.
+			tick := time.NewTicker(2 * time.Millisecond)
+			defer tick.Stop()
 			for n := 0; n < 20000; n++ {
 				select {
 				case <-stop:
 					return
-				default:
+				case <-tick.C:
 				}
 				req, _ := http.NewRequest("POST", "http://"+d.Listen+"/v1/check",
 					strings.NewReader(`{"permission":"chat","workload":[{"op":"requests","count":1}]}`))
@@ -298,7 +296,6 @@ func TestTopShowsTrafficDenialsAndLatency(t *testing.T) {
 					io.Copy(io.Discard, resp.Body)
 					resp.Body.Close()
 				}
-				time.Sleep(2 * time.Millisecond)
 			}
 		}()
 	}

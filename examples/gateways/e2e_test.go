@@ -21,6 +21,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tollgated/tollgated/internal/await"
 )
 
 // The end-to-end tests start real processes: tollgated (built from this
@@ -178,19 +180,19 @@ func (d *daemon) account(id string, allowance uint64, edit func(policy map[strin
 // bills durable usage asynchronously) and returns their units, oldest first.
 func (d *daemon) usage(id string, n int) []float64 {
 	d.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	var events []any
+	// Short of n after the bound, the caller's check of what came says
+	// what is missing.
+	await.Poll(await.Default, func() bool {
 		m := d.call("GET", "/v1/accounts/"+id+"/usage", nil, http.StatusOK)
-		events, _ := m["items"].([]any) // a page of 100, newest first
-		if len(events) >= n || time.Now().After(deadline) {
-			units := make([]float64, len(events))
-			for i, e := range events {
-				units[len(events)-1-i], _ = e.(map[string]any)["units"].(float64)
-			}
-			return units
-		}
-		time.Sleep(50 * time.Millisecond)
+		events, _ = m["items"].([]any) // a page of 100, newest first
+		return len(events) >= n
+	})
+	units := make([]float64, len(events))
+	for i, e := range events {
+		units[len(events)-1-i], _ = e.(map[string]any)["units"].(float64)
 	}
+	return units
 }
 
 // platformToken issues a platform token: the service's credential for
@@ -288,19 +290,21 @@ func freePort(t *testing.T) string {
 // waitListening waits until addr accepts connections or the process ends.
 func waitListening(t *testing.T, addr string, exited <-chan struct{}, logs func() string) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
+	listening := await.Poll(await.Default, func() bool {
 		if c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
 			c.Close()
-			return
+			return true
 		}
 		select {
 		case <-exited:
 			t.Fatalf("gateway exited before listening on %s:\n%s", addr, logs())
-		case <-time.After(50 * time.Millisecond):
+		default:
 		}
+		return false
+	})
+	if !listening {
+		t.Fatalf("gateway not listening on %s within %v:\n%s", addr, await.Default, logs())
 	}
-	t.Fatalf("gateway not listening on %s within 15 s:\n%s", addr, logs())
 }
 
 // startProcess runs a gateway in its own process group, stopping it (and
@@ -441,11 +445,10 @@ func runGatewayScenarios(t *testing.T, d *daemon, app *upstream, base, name stri
 	// A spent budget: 402, with Retry-After until the next day's allowance
 	// (once the ledger has billed the first request: until then the shard
 	// waits for funding, and may answer 503).
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if r = send(t, "POST", base+"/v1/chat", spent, `{}`); r.status != http.StatusServiceUnavailable || time.Now().After(deadline) {
-			break
-		}
-	}
+	await.Poll(await.Default, func() bool {
+		r = send(t, "POST", base+"/v1/chat", spent, `{}`)
+		return r.status != http.StatusServiceUnavailable
+	})
 	refused("over budget", r, 402)
 	if secs, _ := strconv.Atoi(r.header.Get("Retry-After")); secs <= 0 || secs > 86400 {
 		t.Fatalf("402 without Retry-After to the next day: %v", r.header)

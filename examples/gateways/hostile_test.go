@@ -16,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgated/tollgated/internal/await"
 )
 
 // The hostile-gateway corpus: what a client can send through the example
@@ -263,8 +265,8 @@ func hexBits(a, b string) int {
 // deadlines when it next wakes.
 func (d *daemon) awaitNoReservations() {
 	d.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	held := -1.0
+	released := await.Poll(await.Default, func() bool {
 		if resp, err := http.Get("http://" + d.listen + "/livez"); err == nil {
 			resp.Body.Close()
 		}
@@ -276,20 +278,17 @@ func (d *daemon) awaitNoReservations() {
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		held := -1.0
+		held = -1.0
 		for _, line := range strings.Split(string(b), "\n") {
 			if strings.HasPrefix(line, "tollgated_reservations_in_flight{") {
 				v, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
 				held = max(held, 0) + v
 			}
 		}
-		if held == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			d.t.Fatalf("reservations still held (%v) after 15 s", held)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return held == 0
+	})
+	if !released {
+		d.t.Fatalf("reservations still held (%v) after %v", held, await.Default)
 	}
 }
 

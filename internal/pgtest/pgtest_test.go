@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/tollgated/tollgated/internal/await"
 )
 
 func TestMain(m *testing.M) {
@@ -109,14 +111,16 @@ const holderEnv = "PGTEST_HOLD_CLUSTER"
 
 // TestHoldCluster is the child of TestClusterDiesWithItsTestBinary: it
 // starts a cluster, reports the postmaster and its directory, and waits
-// to be killed.
+// to be killed. It waits on its standard input, which the parent holds
+// open: should the parent go first, the child ends too, instead of
+// holding a cluster for a fixed time.
 func TestHoldCluster(t *testing.T) {
 	if os.Getenv(holderEnv) == "" {
 		t.Skip("run by TestClusterDiesWithItsTestBinary")
 	}
 	c := get(t)
 	fmt.Printf("cluster %d %s\n", c.proc.Pid, c.dir)
-	time.Sleep(time.Minute)
+	io.Copy(io.Discard, os.Stdin)
 }
 
 // TestClusterDiesWithItsTestBinary: kill -9 of the test binary takes its
@@ -130,6 +134,11 @@ func TestClusterDiesWithItsTestBinary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	hold, err := cmd.StdinPipe() // open until the child is killed
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Close()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -150,13 +159,7 @@ func TestClusterDiesWithItsTestBinary(t *testing.T) {
 	}
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
-	deadline := time.Now().Add(10 * time.Second)
-	for alive(pid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("postmaster %d outlived its test binary by 10 s", pid)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	await.True(t, fmt.Sprintf("postmaster %d to die with its test binary", pid), func() bool { return !alive(pid) })
 	if _, err := os.Stat(dir); err != nil {
 		t.Fatalf("the killed binary's directory: %v", err)
 	}

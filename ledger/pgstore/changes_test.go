@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tollgated/tollgated/core"
+	"github.com/tollgated/tollgated/internal/await"
 	"github.com/tollgated/tollgated/ledger"
 )
 
@@ -256,16 +257,13 @@ func TestFollowDeliversEveryChangeOnceInOrder(t *testing.T) {
 	if err != nil || last != 4*26 {
 		t.Fatalf("last change %d, %v; want %d", last, err, 4*26)
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	// Short of last after the bound, the comparison below says what is
+	// missing.
+	await.Poll(await.Default, func() bool {
 		mu.Lock()
-		n := len(got)
-		mu.Unlock()
-		if n >= int(last) || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		defer mu.Unlock()
+		return len(got) >= int(last)
+	})
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Follow returned %v", err)

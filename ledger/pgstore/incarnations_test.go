@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tollgated/tollgated/internal/await"
 	"github.com/tollgated/tollgated/ledger"
 )
 
@@ -117,14 +118,10 @@ func TestClaimRefusesASecondLiveHolder(t *testing.T) {
 		t.Fatal("no connection holds the claim")
 	}
 	cut()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if pid := held(); pid != 0 && pid != before {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the claim was not taken again after its connection was cut")
-		}
-	}
+	await.True(t, "the claim taken again after its connection was cut", func() bool {
+		pid := held()
+		return pid != 0 && pid != before
+	})
 	if _, err := other.Claim(t.Context(), "node-a", nil); !errors.Is(err, ErrNodeLive) {
 		t.Fatalf("a second claim after the holder took it back: %v", err)
 	}
@@ -140,11 +137,7 @@ func TestClaimRefusesASecondLiveHolder(t *testing.T) {
 		}
 	}
 	defer second.Release()
-	for deadline := time.Now().Add(10 * time.Second); lost.Load() == 0; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the holder was never told another connection took its claim")
-		}
-	}
+	await.True(t, "the holder told another connection took its claim", func() bool { return lost.Load() != 0 })
 	first.Release()
 	if lost.Load() != 1 {
 		t.Fatalf("told %d times", lost.Load())

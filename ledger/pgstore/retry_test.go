@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/tollgated/tollgated/internal/await"
 )
 
 // TestADeadlockVictimIsRetried: an operator's transaction that locks two
@@ -65,18 +67,13 @@ func TestADeadlockVictimIsRetried(t *testing.T) {
 // waitForLockWait waits until one of s's sessions waits for a row lock.
 func waitForLockWait(t *testing.T, s *Store) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	await.True(t, "the grant to wait for the operator's lock", func() bool {
 		var waiting int
 		err := s.pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND application_name = 'tollgated' AND wait_event_type = 'Lock'`).Scan(&waiting)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if waiting > 0 {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatal("the grant never waited for the operator's lock")
+		return waiting > 0
+	})
 }
