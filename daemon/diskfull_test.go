@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/tollgated/tollgated/internal/await"
 	"github.com/tollgated/tollgated/invariant"
 	"github.com/tollgated/tollgated/spool"
 )
@@ -51,17 +52,10 @@ func TestAFailedSyncStopsBillingAndReadinessSaysSo(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	await.True(t, "/readyz to say storage-failed after a failed sync", func() bool {
 		st, code := statusCode(t, "http://"+addr+"/readyz")
-		if st == 503 && code == "storage-failed" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz after a failed sync: %d %s", st, code)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return st == 503 && code == "storage-failed"
+	})
 	mu.Lock()
 	fault = false // the disk answers again: the spool stays broken
 	mu.Unlock()

@@ -25,6 +25,7 @@ import (
 	"github.com/tollgated/tollgated/control"
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/credential"
+	"github.com/tollgated/tollgated/internal/await"
 	"github.com/tollgated/tollgated/ledger"
 	"github.com/tollgated/tollgated/ledger/boltstore"
 	"github.com/tollgated/tollgated/spool"
@@ -122,7 +123,9 @@ func (tn *testNode) provision(t testing.TB, id core.AccountID, key string, limit
 	if err := tn.Plane().MarkReady(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(20 * time.Millisecond) // state reaches every shard within a loop tick
+	// Idle: every shard has popped (and so applied, on its own thread,
+	// before it reads another request) what the plane sent it.
+	await.True(t, "the account reaches every shard", tn.Plane().Idle)
 }
 
 func (tn *testNode) create(t testing.TB, id core.AccountID, key string, limits core.Limits, deposit core.CostUnits) {

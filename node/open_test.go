@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/httploop"
+	"github.com/tollgated/tollgated/internal/await"
 )
 
 // TestBoundNodeRefusesUntilOpenThenKnowsEveryKey: a bound node holds its
@@ -47,31 +49,37 @@ func TestBoundNodeRefusesUntilOpenThenKnowsEveryKey(t *testing.T) {
 	last := "key-" + strconv.Itoa(accounts-1)
 	answers := make(chan int, 1)
 	stop := make(chan struct{})
+	var seen probeCounts
 	go func() {
 		answers <- probeUntil(stop, addr, "POST /v1/check HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+last+
-			"\r\nContent-Length: "+strconv.Itoa(len(oneRequest))+"\r\nConnection: close\r\n\r\n"+oneRequest)
+			"\r\nContent-Length: "+strconv.Itoa(len(oneRequest))+"\r\nConnection: close\r\n\r\n"+oneRequest, &seen)
 	}()
-	time.Sleep(20 * time.Millisecond) // the prober is being refused
+	await.True(t, "the prober refused before Open", func() bool { return seen.refused.Load() > 0 })
 	if err := n.Open(time.Now().Add(30 * time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond)
+	// Enough connections that the kernel's SO_REUSEPORT hash has spread
+	// them over every shard, each connection a new one.
+	await.True(t, "the prober answered on every shard", func() bool { return seen.answered.Load() >= 16*shards })
 	close(stop)
 	if st := <-answers; st != 0 {
 		t.Fatalf("a connection during start-up was answered %d (-1: failed otherwise than refused, -2: never answered)", st)
 	}
 }
 
+// probeCounts is what probeUntil has seen so far.
+type probeCounts struct{ refused, answered atomic.Int64 }
+
 // probeUntil connects to addr again and again until stop, sending req on
-// each connection. It returns the first status other than 200 it got, or 0
-// if every connection was refused or answered 200 and at least one was
-// answered; -1 for a failure other than a refusal, -2 for no answer at all.
-func probeUntil(stop <-chan struct{}, addr, req string) int {
-	answered := 0
+// each connection and counting into seen. It returns the first status other
+// than 200 it got, or 0 if every connection was refused or answered 200 and
+// at least one was answered; -1 for a failure other than a refusal, -2 for
+// no answer at all.
+func probeUntil(stop <-chan struct{}, addr, req string, seen *probeCounts) int {
 	for {
 		select {
 		case <-stop:
-			if answered == 0 {
+			if seen.answered.Load() == 0 {
 				return -2
 			}
 			return 0
@@ -79,6 +87,7 @@ func probeUntil(stop <-chan struct{}, addr, req string) int {
 		}
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if errors.Is(err, unix.ECONNREFUSED) {
+			seen.refused.Add(1)
 			continue
 		}
 		if err != nil {
@@ -95,6 +104,6 @@ func probeUntil(stop <-chan struct{}, addr, req string) int {
 		if resp.StatusCode != 200 {
 			return resp.StatusCode
 		}
-		answered++
+		seen.answered.Add(1)
 	}
 }
