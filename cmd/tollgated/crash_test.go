@@ -147,7 +147,7 @@ func TestKill9LosesNoAcknowledgedUsage(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	a := load(ctx, p.listen, key, 16)
-	time.Sleep(1500 * time.Millisecond)
+	a.awaitAcked(t, 2000) // a third of what the account can pay for
 	p.kill9()
 	a.wait()
 	cancel()
@@ -156,10 +156,12 @@ func TestKill9LosesNoAcknowledgedUsage(t *testing.T) {
 	}
 	t.Logf("acknowledged before kill -9: %d (other answers %v)", len(a.units), a.denied)
 
-	// The restarted node bills the spool and forfeits the dead node's
-	// leases once they expire (5 s) and the grace passes (1 s).
+	// The restarted node settles the dead run's leases from its spool
+	// before it is ready (control.Recover), and its clean stop bills the
+	// rest and hands its own leases back: nothing is left active for the
+	// ledger to forfeit past expiry and grace (checked below), so there is
+	// no need to wait for them.
 	p = startProc(t, dir, flags...)
-	time.Sleep(7500 * time.Millisecond)
 	p.stop()
 
 	s := openLedger(t, dir)
@@ -216,7 +218,7 @@ func TestSIGTERMReturnsUnspentUnitsAndBillsEverything(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	a := load(ctx, p.listen, key, 8)
-	time.Sleep(time.Second)
+	a.awaitAcked(t, 500)
 	p.stop()
 	cancel()
 	a.wait()
