@@ -94,14 +94,29 @@ func (c *checker) check(t *testing.T) (int, string) {
 // until checks until the answer is status (and code, if not "") and
 // returns when that answer arrived; it fails t after within of start.
 func (c *checker) until(t *testing.T, start time.Time, status int, code string, within time.Duration) time.Time {
+	var got int
+	var gotCode string
+	seen, ok := firstSeen(start, within, func() bool {
+		got, gotCode = c.check(t)
+		return got == status && (code == "" || gotCode == code)
+	})
+	if !ok {
+		t.Errorf("%s: still %d %s after %v, want %d %s", c.addr, got, gotCode, within, status, code)
+	}
+	return seen
+}
+
+// firstSeen polls cond every pollPause until it holds and returns when it
+// did; false once within of start has passed. Unlike internal/await, whose
+// pause grows, it keeps the pause short: the time it returns is a
+// measurement (how soon a change showed), and pollPause is its resolution.
+func firstSeen(start time.Time, within time.Duration, cond func() bool) (time.Time, bool) {
 	for {
-		got, gotCode := c.check(t)
-		if got == status && (code == "" || gotCode == code) {
-			return time.Now()
+		if cond() {
+			return time.Now(), true
 		}
 		if time.Since(start) > within {
-			t.Errorf("%s: still %d %s after %v, want %d %s", c.addr, got, gotCode, within, status, code)
-			return time.Now()
+			return time.Now(), false
 		}
 		// A short pause, so that polling does not take the CPUs the
 		// change needs (a check on loopback costs about as much).
@@ -109,8 +124,8 @@ func (c *checker) until(t *testing.T, start time.Time, status int, code string, 
 	}
 }
 
-// pollPause is the pause between two polls of until: the resolution of the
-// times it measures, beside a check's round trip.
+// pollPause is the pause between two polls of firstSeen: the resolution of
+// the times it measures, beside a check's round trip.
 const pollPause = time.Millisecond
 
 // measureWith makes a change through node 0 and times, on each node of
@@ -129,14 +144,12 @@ func measureWith(t *testing.T, db *pgx.Conn, kind string, lags, fromRequest map[
 	var wg sync.WaitGroup
 	for _, c := range others {
 		wg.Go(func() {
-			for probe(c) != status {
-				if time.Since(start) > 5*time.Second {
-					t.Errorf("%s: %s not seen within 5 s (last probe: %d)", c.addr, kind, probe(c))
-					return
-				}
-				time.Sleep(pollPause)
+			last := 0
+			seen, ok := firstSeen(start, 5*time.Second, func() bool { last = probe(c); return last == status })
+			if !ok {
+				t.Errorf("%s: %s not seen within 5 s (last probe: %d)", c.addr, kind, last)
+				return
 			}
-			seen := time.Now()
 			mu.Lock()
 			lags[kind] = append(lags[kind], seen.Sub(committed))
 			fromRequest[kind] = append(fromRequest[kind], seen.Sub(start))
@@ -475,16 +488,12 @@ func TestFleetAdmissionIsFleetWide(t *testing.T) {
 	// returns how long that took from start.
 	until := func(agent, want string, start time.Time) time.Duration {
 		t.Helper()
-		for {
-			got := admission(b, agent)
-			if strings.Contains(got, want) {
-				return time.Since(start)
-			}
-			if time.Since(start) > 10*time.Second {
-				t.Fatalf("node 1 still answers %s for %s 10 s later, want %s", got, agent, want)
-			}
-			time.Sleep(pollPause)
+		var got string
+		seen, ok := firstSeen(start, 10*time.Second, func() bool { got = admission(b, agent); return strings.Contains(got, want) })
+		if !ok {
+			t.Fatalf("node 1 still answers %s for %s 10 s later, want %s", got, agent, want)
 		}
+		return seen.Sub(start)
 	}
 	until("other", `"decision":"admit"`, time.Now())
 	var denied, admitted []time.Duration
