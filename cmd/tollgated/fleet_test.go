@@ -31,13 +31,16 @@ import (
 const propagationBound = 100 * time.Millisecond
 
 // testedPropagationBound is the bound the test holds the daemons it starts
-// to: propagationBound, or four times it when they are this test binary
+// to: propagationBound, or ten times it when they are this test binary
 // built with -race (make test), whose instrumentation multiplies the CPU
-// every step of a change costs. make bench-fleet runs the test without
-// -race against propagationBound itself.
+// every step of a change costs. There the bound only catches changes that
+// are not pushed to the other nodes as they commit, and make test passes
+// on a machine kept busy beside it (with one CPU of two busy, -race
+// measured a p99 of 450 ms). make bench-fleet runs the test without -race
+// against propagationBound itself: that is where the latency is held.
 func testedPropagationBound() time.Duration {
 	if raceEnabled {
-		return 4 * propagationBound
+		return 10 * propagationBound
 	}
 	return propagationBound
 }

@@ -8,11 +8,13 @@ package main
 import (
 	"context"
 	"net/http"
+	neturl "net/url"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/internal/await"
 	"github.com/tollgated/tollgated/internal/pgtest"
@@ -280,7 +282,8 @@ func TestFleetForfeitsADeadNodesLeasesAfterItsOwnGrace(t *testing.T) {
 // idle account that spent 5 units just before PostgreSQL stops for longer
 // than their leases' TTL and grace. When it is back, maintenance
 // forfeits the leases that expired meanwhile (the test reclaims first, as
-// any node's maintenance may); their holders are alive with their spools,
+// any node's maintenance may: the nodes' role may not log in until it has
+// done so); their holders are alive with their spools,
 // and releasing them restores what they did not spend: once the nodes
 // have settled, nothing is lost, the idle account has its balance less 3,
 // and every acknowledged request is billed once. Before, the forfeit was
@@ -291,8 +294,12 @@ func TestFleetLiveNodesForfeitNothingInAnOutage(t *testing.T) {
 	}
 	cluster := pgtest.Own(t, pgtest.Options{})
 	url := cluster.URL()
+	// The nodes log in as a role of their own, which the test bars from
+	// logging in while it reclaims (below).
+	execSQL(t, url, `CREATE ROLE fleet LOGIN SUPERUSER`)
+	nodesURL := withUser(t, url, "fleet")
 	const ttl, grace = 5 * time.Second, time.Second
-	nodes := startFleet(t, url, 2, "--lease-ttl", ttl.String(), "--lease-grace", grace.String())
+	nodes := startFleet(t, nodesURL, 2, "--lease-ttl", ttl.String(), "--lease-grace", grace.String())
 	const funded = 1_000_000
 	key := nodes[0].provision("steady", funded, 1)
 	idleKey := nodes[0].provision("idle", funded, 1)
@@ -318,15 +325,16 @@ func TestFleetLiveNodesForfeitNothingInAnOutage(t *testing.T) {
 			t.Fatalf("idle account's check: %d %s", st, body)
 		}
 	}
+	// The nodes' sessions end with the stop, and their role may not log
+	// in again until the test has reclaimed: when PostgreSQL is back, the
+	// test's reclaim comes first, whatever the nodes' back-off between
+	// failed ledger calls.
+	execSQL(t, url, `ALTER ROLE fleet NOLOGIN`)
 	cluster.Stop()
 	// Every lease was granted or extended before the stop, so it expires
 	// within ttl of it and is reclaimable grace later. The nodes read the
-	// real clock, so the outage lasts that long on it — and more: the
-	// nodes' back-off between failed ledger calls grows meanwhile, so
-	// that the test's reclaim below comes before any node's release
-	// (shorter outages let a node release first, and nothing is
-	// forfeited to restore).
-	time.Sleep(15 * time.Second)
+	// real clock, so the outage lasts that long on it.
+	time.Sleep(ttl + grace + 200*time.Millisecond)
 	cluster.Start()
 	s := openFleetLedger(t, url)
 	forfeited, err := s.Reclaim(t.Context(), time.Now().UnixNano(), int64(grace), 1000)
@@ -341,6 +349,7 @@ func TestFleetLiveNodesForfeitNothingInAnOutage(t *testing.T) {
 		return a.Loss
 	}
 	t.Logf("forfeited %d leases as PostgreSQL came back: loss %d (steady), %d (idle)", forfeited, lost("steady"), lost("idle"))
+	execSQL(t, url, `ALTER ROLE fleet LOGIN`)
 	// The load goes on with the database back: every node admits again.
 	for _, a := range loads {
 		a.awaitAcked(t, a.count()+100)
@@ -371,5 +380,31 @@ func TestFleetLiveNodesForfeitNothingInAnOutage(t *testing.T) {
 	idle, err := s.Account(t.Context(), "idle")
 	if err != nil || idle.Loss != 0 || idle.Settled != spent || idle.Balance() != funded-spent {
 		t.Fatalf("the idle account after the outage: %+v, %v; want %d settled, nothing lost", idle, err, spent)
+	}
+}
+
+// withUser is the database URL raw with its user replaced by user.
+func withUser(t *testing.T, raw, user string) string {
+	t.Helper()
+	u, err := neturl.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = neturl.User(user)
+	return u.String()
+}
+
+// execSQL runs statements, one after another, on the database at url.
+func execSQL(t *testing.T, url string, statements ...string) {
+	t.Helper()
+	db, err := pgx.Connect(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(t.Context())
+	for _, q := range statements {
+		if _, err := db.Exec(t.Context(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
 	}
 }
