@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tollgated/tollgated/admin"
+	"github.com/tollgated/tollgated/internal/await"
 )
 
 // TestVersionNamesTheBuild: --version and tollgated_build_info say the
@@ -78,19 +79,18 @@ func TestAdminListenerOfARealDaemon(t *testing.T) {
 	}
 	idle = nil
 	// Their slots free as the daemon reads their EOFs.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		resp, err := http.Get("http://" + p.adm + "/healthz")
-		var b []byte
-		if err == nil {
-			b, _ = io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK && string(b) == "{\"status\":\"ok\"}\n" {
-				break
-			}
+	var err error
+	var b []byte
+	if !await.Poll(await.Default, func() bool {
+		var resp *http.Response
+		if resp, err = http.Get("http://" + p.adm + "/healthz"); err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("health after the idle sockets closed: %v %s", err, b)
-		}
+		b, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK && string(b) == "{\"status\":\"ok\"}\n"
+	}) {
+		t.Fatalf("health after the idle sockets closed: %v %s", err, b)
 	}
 	req, _ := http.NewRequest("GET", "http://"+p.adm+"/metrics", nil)
 	req.Header.Set("Authorization", "bearer "+testAdminToken)
@@ -98,7 +98,7 @@ func TestAdminListenerOfARealDaemon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := io.ReadAll(resp.Body)
+	b, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if !regexp.MustCompile(`(?m)^tollgated_build_info\{goversion="go1\.[^"]+",revision="[^"]+",version="[^"]+"\} 1$`).Match(b) {
 		t.Fatalf("no build info in the metrics:\n%s", b)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/tollgated/tollgated/internal/await"
 )
 
 // chromium finds the headless browser the dashboard test drives, installing
@@ -195,20 +196,16 @@ func (b *browser) click(selector string) {
 	}
 }
 
-// until reads the page until ok holds, for up to within; name is the
-// screenshot kept when it never does.
-func (b *browser) until(name string, within time.Duration, ok func(v dashboardView) bool) dashboardView {
+// until reads the page until ok holds; name is the screenshot kept when
+// it never does.
+func (b *browser) until(name string, ok func(v dashboardView) bool) dashboardView {
 	b.t.Helper()
-	for deadline := time.Now().Add(within); ; time.Sleep(200 * time.Millisecond) {
-		v := b.read()
-		if ok(v) {
-			return v
-		}
-		if time.Now().After(deadline) {
-			b.shot(name)
-			b.t.Fatalf("%s: the page never got there: %+v", name, v)
-		}
+	var v dashboardView
+	if !await.Poll(await.Default, func() bool { v = b.read(); return ok(v) }) {
+		b.shot(name)
+		b.t.Fatalf("%s: the page never got there: %+v", name, v)
 	}
+	return v
 }
 
 // forgotten: nothing of the node is on the page — only the sign-in form.
@@ -251,7 +248,7 @@ func TestDashboardInChromium(t *testing.T) {
 		t.Errorf("before sign-in the page shows more than the form: %+v", v)
 	}
 	b.signIn("tga_wrong-token")
-	if v := b.until("refused", 10*time.Second, func(v dashboardView) bool {
+	if v := b.until("refused", func(v dashboardView) bool {
 		return v.LoginVisible && strings.Contains(v.LoginError, "401")
 	}); !forgotten(v) {
 		t.Errorf("a refused token leaves more than the form: %+v", v)
@@ -261,12 +258,12 @@ func TestDashboardInChromium(t *testing.T) {
 	// refresh after sign-in draws rates from the node's history.
 	waitForHistory(t, p, 3)
 	b.signIn(testAdminToken)
-	first := b.until("first-refresh", 20*time.Second, func(v dashboardView) bool { return v.Refreshed != "" })
+	first := b.until("first-refresh", func(v dashboardView) bool { return v.Refreshed != "" })
 	if h, _ := strconv.Atoi(first.History); h < 3 || first.Refreshed != strconv.Itoa(h+1) || first.RPS == "–" || first.InkedCharts == 0 {
 		b.shot("no-history")
 		t.Errorf("the first refresh of a new tab does not show the node's recent past: %+v", first)
 	}
-	v := b.until("incomplete", 60*time.Second, func(v dashboardView) bool {
+	v := b.until("incomplete", func(v dashboardView) bool {
 		return !v.LoginVisible && v.DashboardVisible && v.RPS != "–" && v.RPS != "0" && contains(v.Accounts, "acme") &&
 			contains(v.Accounts, "ws-1") && contains(v.Denials, "unknown-principal") && v.CheckP99 != "" && v.CheckP99 != "–" &&
 			contains(v.Audit, "account.create") && v.Shards == 2 && v.Leases > 0 && len(v.AcmeRow) >= 7
@@ -282,7 +279,7 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 
 	b.click("#signout")
-	b.until("signed-out", 5*time.Second, forgotten)
+	b.until("signed-out", forgotten)
 	b.stillForgotten("signed-out-later")
 	b.shot("signed-out")
 	token, err = chromedp.Run(b.ctx, chromedp.Evaluate[string](`sessionStorage.getItem('tollgated.admin-token') || ''`))
@@ -313,7 +310,7 @@ func TestDashboardHonoursRolesAndARevokedToken(t *testing.T) {
 	viewer, viewerID := token("viewer")
 	b.open("http://" + p.adm + "/ui")
 	b.signIn(viewer)
-	v := b.until("viewer", 30*time.Second, func(v dashboardView) bool {
+	v := b.until("viewer", func(v dashboardView) bool {
 		return live(v) && contains(v.Accounts, "ws-1") && v.Leases > 0 && contains(v.Audit, "admin_token.create") &&
 			acmeRowComplete(v.AcmeRow, false)
 	})
@@ -324,27 +321,27 @@ func TestDashboardHonoursRolesAndARevokedToken(t *testing.T) {
 	b.shot("viewer")
 	// Revoked while the page is open: the next refresh is a 401.
 	p.adminCall("DELETE", "/v1/admin-tokens/"+viewerID, nil, http.StatusOK)
-	b.until("revoked", 10*time.Second, func(v dashboardView) bool { return forgotten(v) && strings.Contains(v.LoginError, "401") })
+	b.until("revoked", func(v dashboardView) bool { return forgotten(v) && strings.Contains(v.LoginError, "401") })
 	b.stillForgotten("revoked-later")
 	b.shot("revoked")
 
 	operator, _ := token("operator")
 	b.signIn(operator)
-	b.until("operator", 30*time.Second, func(v dashboardView) bool {
+	b.until("operator", func(v dashboardView) bool {
 		return live(v) && contains(v.Buttons, "Suspend") && !contains(v.Buttons, "Resume")
 	})
 	b.click(`#accounts tr[data-account="ws-1"] button[data-action="suspended"]`)
-	b.until("suspended", 10*time.Second, func(v dashboardView) bool { return contains(v.Buttons, "Resume") })
+	b.until("suspended", func(v dashboardView) bool { return contains(v.Buttons, "Resume") })
 	if a := p.adminCall("GET", "/v1/accounts/ws-1", nil, http.StatusOK); a["status"] != "suspended" {
 		t.Fatalf("the operator's Suspend left ws-1 %v", a["status"])
 	}
 	b.shot("operator")
 	b.click("#signout")
-	b.until("operator-signed-out", 5*time.Second, forgotten)
+	b.until("operator-signed-out", forgotten)
 
 	metrics, _ := token("metrics")
 	b.signIn(metrics)
-	v = b.until("metrics", 30*time.Second, func(v dashboardView) bool { return live(v) && contains(v.Denials, "unknown-principal") })
+	v = b.until("metrics", func(v dashboardView) bool { return live(v) && contains(v.Denials, "unknown-principal") })
 	if v.AccountsShown || len(v.Accounts) != 0 || len(v.Audit) != 0 || v.Leases != 0 || len(v.Buttons) != 0 ||
 		strings.Contains(v.Status, "403") {
 		b.shot("metrics-sees-accounts")
@@ -364,11 +361,13 @@ func loadDashboardNode(t *testing.T, p *proc, key string) {
 		go func() {
 			defer wg.Done()
 			client := &http.Client{Timeout: 5 * time.Second}
+			pace := time.NewTicker(3 * time.Millisecond) // a little load: at most one check per tick
+			defer pace.Stop()
 			for range 60_000 { // ~3 minutes at most
 				select {
 				case <-stop:
 					return
-				default:
+				case <-pace.C:
 				}
 				req, _ := http.NewRequest("POST", "http://"+p.listen+"/v1/check", strings.NewReader(`{"workload":[{"op":"requests","count":1}]}`))
 				req.Header.Set("Authorization", "Bearer "+k)
@@ -376,7 +375,6 @@ func loadDashboardNode(t *testing.T, p *proc, key string) {
 					io.Copy(io.Discard, resp.Body)
 					resp.Body.Close()
 				}
-				time.Sleep(3 * time.Millisecond)
 			}
 		}()
 	}
@@ -386,7 +384,8 @@ func loadDashboardNode(t *testing.T, p *proc, key string) {
 // waitForHistory waits until the node has sampled its traffic n times.
 func waitForHistory(t *testing.T, p *proc, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+	kept := 0
+	if !await.Poll(await.Default, func() bool {
 		req, _ := http.NewRequest("GET", "http://"+p.adm+"/v1/metrics/history", nil)
 		req.Header.Set("Authorization", "Bearer "+testAdminToken)
 		resp, err := http.DefaultClient.Do(req)
@@ -397,15 +396,12 @@ func waitForHistory(t *testing.T, p *proc, n int) {
 		err = json.NewDecoder(resp.Body).Decode(&h)
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK || err != nil {
-			t.Errorf("the node serves no history: %d %v", resp.StatusCode, err)
-			return
+			t.Fatalf("the node serves no history: %d %v", resp.StatusCode, err)
 		}
-		if len(h.Samples) >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the node kept %d samples of its history in 30 s", len(h.Samples))
-		}
+		kept = len(h.Samples)
+		return kept >= n
+	}) {
+		t.Fatalf("the node kept %d samples of its history, want %d", kept, n)
 	}
 }
 

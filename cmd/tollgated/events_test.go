@@ -14,9 +14,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/tollgated/tollgated/internal/await"
 	"github.com/tollgated/tollgated/shard"
 )
 
@@ -233,6 +235,7 @@ func TestEventsStreamSurvivesRestartsAndCrashes(t *testing.T) {
 	a := load(ctx, p.listen, key, 8)
 	stopReading := make(chan struct{})
 	read := make(chan struct{})
+	var pages atomic.Int32
 	go func() {
 		defer close(read)
 		for {
@@ -244,18 +247,18 @@ func TestEventsStreamSurvivesRestartsAndCrashes(t *testing.T) {
 			if status, _ := c.page(p, 50); status != http.StatusOK {
 				return // the daemon is gone
 			}
+			pages.Add(1)
 		}
 	}()
-	// The consumer stops reading a while before the kill, so that it
-	// resumes from behind events written before it.
-	time.Sleep(time.Second)
+	// The consumer reads along with the load for a while, then stops
+	// before the kill, so that it resumes from behind events written
+	// before it.
+	a.awaitAcked(t, 500)
+	await.True(t, "the consumer reading pages", func() bool { return pages.Load() >= 5 })
 	close(stopReading)
 	<-read
 	readBeforeKill := len(c.seen)
-	ackedThen := a.count()
-	for deadline := time.Now().Add(10 * time.Second); a.count() < ackedThen+100 && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
+	a.awaitAcked(t, a.count()+100)
 	p.kill9()
 	a.wait()
 	cancel()
@@ -333,20 +336,13 @@ func TestEventsRetentionExpiresOldCursors(t *testing.T) {
 	}
 	var unanswered int
 	acked := checks(t, p, key, 400, &unanswered)
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	await.True(t, "the old cursor expired", func() bool {
 		status, code := (&consumer{t: t, cursor: early.cursor}).page(p, 10)
-		if status == http.StatusGone && code == "cursor-expired" {
-			break
-		}
-		if status != http.StatusOK {
+		if status != http.StatusOK && !(status == http.StatusGone && code == "cursor-expired") {
 			t.Fatalf("an old cursor: %d %s", status, code)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the archive dropped nothing within 15 s (pruned %v)", p.metric("tollgated_event_archive_pruned_segments_total"))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return status == http.StatusGone
+	})
 	if n := p.metric("tollgated_event_archive_pruned_segments_total"); n == 0 {
 		t.Fatal("a cursor expired but no segment was pruned")
 	}

@@ -8,12 +8,15 @@ package main
 import (
 	"context"
 	"net/http"
+	neturl "net/url"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/tollgated/tollgated/core"
+	"github.com/tollgated/tollgated/internal/await"
 	"github.com/tollgated/tollgated/internal/pgtest"
 	"github.com/tollgated/tollgated/ledger"
 	"github.com/tollgated/tollgated/ledger/pgstore"
@@ -79,9 +82,10 @@ func TestFleetNodeOnAnEmptyDataDirectoryCreditsNothingAcknowledged(t *testing.T)
 	}
 	stop := make(chan struct{})
 	before := loadUntil(context.Background(), stop, nodes[1].listen, key, 4, 5*time.Second)
-	time.Sleep(1500 * time.Millisecond)
+	before.awaitAcked(t, 500)
 	lostDir := nodes[1].dataDir
 	nodes[1].kill9()
+	lostAt := time.Now()
 	close(stop)
 	before.wait()
 	s := openFleetLedger(t, url)
@@ -102,24 +106,36 @@ func TestFleetNodeOnAnEmptyDataDirectoryCreditsNothingAcknowledged(t *testing.T)
 	}
 	stop = make(chan struct{})
 	after := loadUntil(context.Background(), stop, nodes[1].listen, key, 2, 5*time.Second)
-	time.Sleep(500 * time.Millisecond)
+	after.awaitAcked(t, 100)
 	close(stop)
 	after.wait()
 	if len(after.units) == 0 {
 		t.Fatalf("the new incarnation admitted nothing: %v", after.denied)
 	}
 	// The old incarnation's leases go by their expiry and their own grace,
-	// through node 0's maintenance.
-	for deadline := time.Now().Add(ttl + grace + 10*time.Second); ; time.Sleep(200 * time.Millisecond) {
-		if n, _, _ := heldBy(t, s, "node-1", grace); n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the old incarnation's leases were never forfeited")
-		}
-	}
+	// through maintenance. The live nodes stop first (they hand their own
+	// leases back), and the test runs the forfeit itself, as any node's
+	// maintenance may, with the clock at the old leases' expiry and grace
+	// rather than waiting for it (node 0 may have got there already).
 	for _, n := range nodes {
 		n.stop()
+	}
+	held, err := s.LeasesOf(t.Context(), "node-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range held {
+		if l.State == ledger.LeaseActive && l.GrantedAt >= lostAt.UnixNano() {
+			t.Fatalf("the new incarnation's clean stop left its lease active: %+v", l)
+		}
+	}
+	if n, _, forfeitAt := heldBy(t, s, "node-1", grace); n > 0 {
+		if _, err := s.Reclaim(t.Context(), forfeitAt.UnixNano()+1, int64(grace), 1000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, units, _ := heldBy(t, s, "node-1", grace); n != 0 {
+		t.Fatalf("the old incarnation's leases were not forfeited past their expiry and grace: %d holding %d", n, units)
 	}
 	if found, err := s.Reconcile(t.Context()); err != nil || len(found) > 0 {
 		t.Fatalf("reconciliation: %v, %v", found, err)
@@ -200,13 +216,16 @@ func TestFleetRefusesASecondLiveHolderOfANodeID(t *testing.T) {
 // TestFleetForfeitsADeadNodesLeasesAfterItsOwnGrace: node 1 runs with a
 // long --lease-grace, node 0 with none. Node 1 dies; node 0's maintenance
 // must forfeit node 1's leases after their expiry and node 1's grace,
-// stored with each lease — not node 0's.
+// stored with each lease — not node 0's. A canary lease, granted by the
+// test to a holder that stored no grace and expiring after node 1's,
+// shows when node 0's maintenance has passed node 1's expiry with its own
+// grace.
 func TestFleetForfeitsADeadNodesLeasesAfterItsOwnGrace(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts and kills real processes")
 	}
 	url := pgtest.Database(t)
-	const ttl, ownGrace = 5 * time.Second, 8 * time.Second
+	const ttl, ownGrace = 5 * time.Second, 5 * time.Second
 	reclaimer := startProc(t, t.TempDir(), fleetFlags(url, 0, "--lease-ttl", ttl.String(), "--lease-grace", "0s")...)
 	dying := startProc(t, t.TempDir(), fleetFlags(url, 1, "--lease-ttl", ttl.String(), "--lease-grace", ownGrace.String())...)
 	key := reclaimer.provision("graceful", 1_000_000, 1)
@@ -229,21 +248,26 @@ func TestFleetForfeitsADeadNodesLeasesAfterItsOwnGrace(t *testing.T) {
 			expires = at
 		}
 	}
-	active := func() bool {
-		n, _, _ := heldBy(t, s, "node-1", 0)
+	active := func(holder string) bool {
+		n, _, _ := heldBy(t, s, holder, 0)
 		return n > 0
 	}
-	// Node 0 reclaims every second: with its own grace it forfeited them
-	// a second after their expiry.
-	time.Sleep(time.Until(expires.Add(3 * time.Second)))
-	if !active() {
+	// Node 0 reclaims every second, with its own grace (none) for a lease
+	// that stored none: once it has forfeited the canary, its maintenance
+	// has run past node 1's expiry, and with node 0's grace it would have
+	// forfeited node 1's leases too.
+	now := time.Now()
+	canaryExpires := expires.Add(time.Second)
+	if _, _, err := s.Acquire(t.Context(), "graceful", "canary", 1, 1, int64(canaryExpires.Sub(now)), now.UnixNano()); err != nil {
+		t.Fatal(err)
+	}
+	await.True(t, "node 0 forfeiting the canary lease", func() bool { return !active("canary") })
+	if !active("node-1") {
 		t.Fatalf("node 1's leases were forfeited %v after their expiry, within node 1's grace of %v", time.Since(expires).Round(time.Second), ownGrace)
 	}
-	for deadline := expires.Add(ownGrace + 5*time.Second); active(); time.Sleep(200 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("node 1's leases still active %v after their expiry", time.Since(expires))
-		}
-	}
+	// The real clock runs on to node 1's grace: node 0's maintenance
+	// reads it.
+	await.True(t, "node 1's leases forfeited", func() bool { return !active("node-1") })
 	if after := time.Since(expires); after < ownGrace {
 		t.Fatalf("forfeited %v after expiry, before node 1's grace of %v", after, ownGrace)
 	}
@@ -255,10 +279,11 @@ func TestFleetForfeitsADeadNodesLeasesAfterItsOwnGrace(t *testing.T) {
 }
 
 // TestFleetLiveNodesForfeitNothingInAnOutage: two nodes under load, and an
-// idle account that spent 5 units just before PostgreSQL stops for 15 s —
-// longer than their leases' TTL and grace. When it is back, maintenance
+// idle account that spent 5 units just before PostgreSQL stops for longer
+// than their leases' TTL and grace. When it is back, maintenance
 // forfeits the leases that expired meanwhile (the test reclaims first, as
-// any node's maintenance may); their holders are alive with their spools,
+// any node's maintenance may: the nodes' role may not log in until it has
+// done so); their holders are alive with their spools,
 // and releasing them restores what they did not spend: once the nodes
 // have settled, nothing is lost, the idle account has its balance less 3,
 // and every acknowledged request is billed once. Before, the forfeit was
@@ -269,8 +294,12 @@ func TestFleetLiveNodesForfeitNothingInAnOutage(t *testing.T) {
 	}
 	cluster := pgtest.Own(t, pgtest.Options{})
 	url := cluster.URL()
+	// The nodes log in as a role of their own, which the test bars from
+	// logging in while it reclaims (below).
+	execSQL(t, url, `CREATE ROLE fleet LOGIN SUPERUSER`)
+	nodesURL := withUser(t, url, "fleet")
 	const ttl, grace = 5 * time.Second, time.Second
-	nodes := startFleet(t, url, 2, "--lease-ttl", ttl.String(), "--lease-grace", grace.String())
+	nodes := startFleet(t, nodesURL, 2, "--lease-ttl", ttl.String(), "--lease-grace", grace.String())
 	const funded = 1_000_000
 	key := nodes[0].provision("steady", funded, 1)
 	idleKey := nodes[0].provision("idle", funded, 1)
@@ -288,14 +317,24 @@ func TestFleetLiveNodesForfeitNothingInAnOutage(t *testing.T) {
 	for _, n := range nodes {
 		loads = append(loads, loadUntil(context.Background(), stop, n.listen, key, 1, outageTimeout))
 	}
-	time.Sleep(time.Second)
+	for _, a := range loads {
+		a.awaitAcked(t, 100)
+	}
 	for range 3 {
 		if st, body := checkOnce(t, nodes[0], idleKey); st != http.StatusOK {
 			t.Fatalf("idle account's check: %d %s", st, body)
 		}
 	}
+	// The nodes' sessions end with the stop, and their role may not log
+	// in again until the test has reclaimed: when PostgreSQL is back, the
+	// test's reclaim comes first, whatever the nodes' back-off between
+	// failed ledger calls.
+	execSQL(t, url, `ALTER ROLE fleet NOLOGIN`)
 	cluster.Stop()
-	time.Sleep(15 * time.Second)
+	// Every lease was granted or extended before the stop, so it expires
+	// within ttl of it and is reclaimable grace later. The nodes read the
+	// real clock, so the outage lasts that long on it.
+	time.Sleep(ttl + grace + 200*time.Millisecond)
 	cluster.Start()
 	s := openFleetLedger(t, url)
 	forfeited, err := s.Reclaim(t.Context(), time.Now().UnixNano(), int64(grace), 1000)
@@ -310,18 +349,18 @@ func TestFleetLiveNodesForfeitNothingInAnOutage(t *testing.T) {
 		return a.Loss
 	}
 	t.Logf("forfeited %d leases as PostgreSQL came back: loss %d (steady), %d (idle)", forfeited, lost("steady"), lost("idle"))
-	time.Sleep(2 * time.Second)
+	execSQL(t, url, `ALTER ROLE fleet LOGIN`)
+	// The load goes on with the database back: every node admits again.
+	for _, a := range loads {
+		a.awaitAcked(t, a.count()+100)
+	}
 	close(stop)
 	for _, a := range loads {
 		a.wait()
 	}
 	// The holders release what they hold (they take their slices back
 	// first) and settle their spools: the loss goes back to 0.
-	for deadline := time.Now().Add(15 * time.Second); lost("steady")+lost("idle") != 0; time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("loss after the nodes settled: %d (steady), %d (idle)", lost("steady"), lost("idle"))
-		}
-	}
+	await.True(t, "no loss once the nodes settled", func() bool { return lost("steady")+lost("idle") == 0 })
 	unanswered := 0
 	for i, a := range loads {
 		for d, k := range a.denied {
@@ -341,5 +380,31 @@ func TestFleetLiveNodesForfeitNothingInAnOutage(t *testing.T) {
 	idle, err := s.Account(t.Context(), "idle")
 	if err != nil || idle.Loss != 0 || idle.Settled != spent || idle.Balance() != funded-spent {
 		t.Fatalf("the idle account after the outage: %+v, %v; want %d settled, nothing lost", idle, err, spent)
+	}
+}
+
+// withUser is the database URL raw with its user replaced by user.
+func withUser(t *testing.T, raw, user string) string {
+	t.Helper()
+	u, err := neturl.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = neturl.User(user)
+	return u.String()
+}
+
+// execSQL runs statements, one after another, on the database at url.
+func execSQL(t *testing.T, url string, statements ...string) {
+	t.Helper()
+	db, err := pgx.Connect(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(t.Context())
+	for _, q := range statements {
+		if _, err := db.Exec(t.Context(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
 	}
 }

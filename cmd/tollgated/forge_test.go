@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tollgated/tollgated/agentadmission"
+	"github.com/tollgated/tollgated/internal/await"
 )
 
 // forgeAgent is an agent runtime as Forge runs one (seed 000): the
@@ -188,21 +189,21 @@ func TestForgeAgentsAgainstARealTollgated(t *testing.T) {
 func waitReady(t *testing.T, p *proc) {
 	t.Helper()
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	deadline := time.Now().Add(10 * time.Second)
-	for ok := 0; ok < 20; {
-		resp, err := client.Get("http://" + p.listen + "/readyz")
-		if err == nil {
+	var err error
+	if !await.Poll(await.Default, func() bool {
+		for range 20 {
+			var resp *http.Response
+			if resp, err = client.Get("http://" + p.listen + "/readyz"); err != nil {
+				return false
+			}
 			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return false
+			}
 		}
-		if err == nil && resp.StatusCode == http.StatusOK {
-			ok++
-			continue
-		}
-		ok = 0
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz not answering 200 after 10 s: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return true
+	}) {
+		t.Fatalf("/readyz not answering 200 20 times in a row: %v", err)
 	}
 }
 
@@ -211,17 +212,13 @@ func waitReady(t *testing.T, p *proc) {
 // evidence is republished, which runs after the usage is answered.
 func waitDecision(t *testing.T, p *proc, token, agent, want string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		_, _, body := httpCall(t, "GET", "http://"+p.listen+"/v1/admission?agent_id="+agent, "Bearer "+token, nil)
+	var body []byte
+	if !await.Poll(await.Default, func() bool {
+		_, _, body = httpCall(t, "GET", "http://"+p.listen+"/v1/admission?agent_id="+agent, "Bearer "+token, nil)
 		var m map[string]any
 		json.Unmarshal(body, &m)
-		if m["decision"] == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %s, want %s", agent, body, want)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return m["decision"] == want
+	}) {
+		t.Fatalf("%s: %s, want %s", agent, body, want)
 	}
 }

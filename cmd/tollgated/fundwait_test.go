@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgated/tollgated/internal/await"
 )
 
 // TestFirstRequestAfterIdleIsAdmitted: once an idle account's lease slice
@@ -37,20 +39,22 @@ func TestFirstRequestAfterIdleIsAdmitted(t *testing.T) {
 			// Leases follow demand: nothing is funded before the first
 			// request (without a funding wait it may be refused while the
 			// first lease is fetched).
-			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-				st, body := checkOnce(t, p, key)
-				if st == http.StatusOK {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("first request: %d %s", st, body)
-				}
+			var st int
+			var body string
+			if !await.Poll(await.Default, func() bool { st, body = checkOnce(t, p, key); return st == http.StatusOK }) {
+				t.Fatalf("first request: %d %s", st, body)
 			}
-			// Idle past the lease's lifetime: the shards' slices lapse and
-			// the plane hands the lease back.
-			time.Sleep(12 * time.Second) // a successor lease may be taken while the first is still warm
+			// Idle past the lease's renewal: the plane asks the shards'
+			// slices back and hands the lease back to the ledger (and
+			// any successor lease taken while the first was still warm).
+			// Once the ledger holds nothing in leases for the account, no
+			// shard holds a slice of it.
+			p.awaitLeasesBack("idle")
+			if n := p.metric(`tollgated_lease_operations_total{operation="released"}`); n == 0 {
+				t.Fatal("nothing in leases, but no lease was released")
+			}
 			start := time.Now()
-			st, body := checkOnce(t, p, key)
+			st, body = checkOnce(t, p, key)
 			if st != c.want {
 				t.Fatalf("first request after idle: %d %s, want %d", st, body, c.want)
 			}

@@ -5,11 +5,14 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgated/tollgated/internal/await"
 )
 
 // httpCall sends one request to a running daemon and returns the status,
@@ -49,13 +52,7 @@ func (p *proc) requireAlive(t *testing.T) {
 // counters once per loop tick).
 func (p *proc) waitMetric(t *testing.T, series string, want float64) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for p.metric(series) < want {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s = %v, want %v", series, p.metric(series), want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	await.True(t, fmt.Sprintf("%s ≥ %v", series, want), func() bool { return p.metric(series) >= want })
 }
 
 // hostile is one request that must be refused, and how.

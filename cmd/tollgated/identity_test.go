@@ -34,7 +34,7 @@ func TestALostNodeIDFileIsRefusedAndBillsNothingTwice(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	a := load(ctx, p.listen, key, 8)
-	time.Sleep(1200 * time.Millisecond)
+	a.awaitAcked(t, 500)
 	p.kill9()
 	a.wait()
 	if len(a.units) == 0 {
@@ -118,16 +118,12 @@ func TestSpoolTailCutAtBilledRecordsIsCountedExactly(t *testing.T) {
 	}
 	stop := make(chan struct{})
 	a := loadUntil(context.Background(), stop, p.listen, key, 4, 5*time.Second) // every request sent is answered
-	time.Sleep(800 * time.Millisecond)
+	a.awaitAcked(t, 500)
 	close(stop)
 	a.wait()
 	// Every record is billed (the exporter's mark is the spool's end), and
 	// none is released past the open commit.
-	for deadline := time.Now().Add(10 * time.Second); p.metric("tollgated_spool_lag_events") != 0; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the exporter did not catch up: lag %v", p.metric("tollgated_spool_lag_events"))
-		}
-	}
+	p.awaitSpoolBilled()
 	if n := p.metric("tollgated_open_commits"); n != 1 {
 		t.Fatalf("%v open commits, want 1", n)
 	}

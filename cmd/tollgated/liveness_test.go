@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgated/tollgated/internal/await"
 	"github.com/tollgated/tollgated/internal/pgtest"
 )
 
@@ -208,11 +209,7 @@ func TestAFleetSpendsItsLastUnitsOnEveryNode(t *testing.T) {
 			// fleet's propagation bound (invariant 57): until then a node
 			// may still refuse 402 on what it last heard.
 			for _, n := range nodes {
-				for deadline := time.Now().Add(5 * time.Second); !strings.Contains(n.admission(tok, "odd"), `"admit"`); time.Sleep(5 * time.Millisecond) {
-					if time.Now().After(deadline) {
-						t.Fatalf("round %d: the deposit never reached %s", round, n.listen)
-					}
-				}
+				awaitAdmission(t, n, tok, "odd", `"admit"`)
 			}
 		}
 		var wg sync.WaitGroup
@@ -243,14 +240,10 @@ func waitKnown(t *testing.T, n *proc, key string) {
 	t.Helper()
 	p := newPriced(n.listen, key, 0)
 	p.body = `{"permission":"chat","workload":[{"op":"requests","count":0}]}`
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		a, err := p.check()
-		if err == nil && a.status != http.StatusUnauthorized {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never knew the key: %+v %v", n.listen, a, err)
-		}
+	var a answer
+	var err error
+	if !await.Poll(await.Default, func() bool { a, err = p.check(); return err == nil && a.status != http.StatusUnauthorized }) {
+		t.Fatalf("%s never knew the key: %+v %v", n.listen, a, err)
 	}
 }
 

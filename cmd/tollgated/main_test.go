@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tollgated/tollgated/internal/await"
 )
 
 func noEnv(string) string { return "" }
@@ -77,12 +79,8 @@ func TestStartsReportsShardsAndStops(t *testing.T) {
 	go func() {
 		code <- run([]string{"--shards", "3", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--data-dir", dir, "--demo-key", "k-demo", "--log-level", "debug"}, noEnv, &out, &logs, stop)
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(logs.String(), "tollgated ready") {
-		if time.Now().After(deadline) {
-			t.Fatalf("never ready; logs:\n%s", logs.String())
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !await.Poll(await.Default, func() bool { return strings.Contains(logs.String(), "tollgated ready") }) {
+		t.Fatalf("never ready; logs:\n%s", logs.String())
 	}
 	if n := strings.Count(logs.String(), `"shard started"`); n != 3 {
 		t.Fatalf("%d shards reported, want 3:\n%s", n, logs.String())

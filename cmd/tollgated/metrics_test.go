@@ -9,7 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/tollgated/tollgated/internal/await"
 )
 
 // scrape returns the daemon's /metrics text.
@@ -51,14 +52,12 @@ func TestMetricsHaveLatencyHistogramsAndRuntime(t *testing.T) {
 	}
 	count := regexp.MustCompile(`(?m)^tollgated_request_duration_seconds_count\{route="/v1/check"\} (\d+)$`)
 	var m string
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	if !await.Poll(await.Default, func() bool {
 		m = p.scrape()
-		if c := count.FindStringSubmatch(m); c != nil && c[1] == strconv.Itoa(n) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/v1/check not counted %d times:\n%s", n, grep(m, "request_duration"))
-		}
+		c := count.FindStringSubmatch(m)
+		return c != nil && c[1] == strconv.Itoa(n)
+	}) {
+		t.Fatalf("/v1/check not counted %d times:\n%s", n, grep(m, "request_duration"))
 	}
 	for _, want := range []string{
 		`tollgated_request_duration_seconds_bucket{route="/v1/check",le="5e-05"} `,

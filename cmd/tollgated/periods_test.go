@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/tollgated/tollgated/internal/await"
 )
 
 // utcMidnightAfter is the first 00:00 UTC after now, days further on.
@@ -46,22 +48,21 @@ func (p *proc) budgeted(id, parent string, allowance uint64, period string) {
 	}, http.StatusOK)
 }
 
-// denial waits (up to 5 s: the report's evidence reaching every shard)
-// for /v1/admission to deny agent as want says, and returns it.
+// denial waits (for the report's evidence to reach every shard) for
+// /v1/admission to deny agent as want says, and returns it.
 func (p *proc) denial(tok, agent string, want func(map[string]any) bool) map[string]any {
 	p.t.Helper()
 	var m map[string]any
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		body := p.admission(tok, agent)
+	var body string
+	if !await.Poll(await.Default, func() bool {
+		body = p.admission(tok, agent)
 		m = nil
 		json.Unmarshal([]byte(body), &m)
-		if want(m) {
-			return m
-		}
-		if time.Now().After(deadline) {
-			p.t.Fatalf("admission of %s: %s", agent, body)
-		}
+		return want(m)
+	}) {
+		p.t.Fatalf("admission of %s: %s", agent, body)
 	}
+	return m
 }
 
 // TestResetAtSaysWhenADebtIsRepaid: an agent that reports post-paid usage

@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tollgated/tollgated/internal/await"
 )
 
 // The README's shell commands, run as a newcomer would. Every ```sh block
@@ -277,16 +279,16 @@ func TestREADMEQuickstartInOneShell(t *testing.T) {
 		t.Logf("the session's output:\n%s", out)
 	}
 	// kill %1 stopped the daemon: its admin port closes.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	if !await.Poll(await.Default, func() bool {
 		resp, err := http.Get("http://" + admin + "/healthz")
 		if err != nil {
-			break
+			return true
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		if time.Now().After(deadline) {
-			t.Fatal("the quickstart's daemon still answers after kill %1")
-		}
+		return false
+	}) {
+		t.Fatal("the quickstart's daemon still answers after kill %1")
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -61,9 +62,14 @@ func TestAgentMiddlewareAgainstARealTollgated(t *testing.T) {
 	p.adminCall("POST", "/v1/accounts", map[string]any{"id": "agent-7", "parent": "research", "unmetered": true}, http.StatusCreated)
 	tok := p.adminCall("POST", "/v1/platform-tokens", nil, http.StatusCreated)["token"].(string)
 
+	// The middleware's clock: its cache windows pass when the test moves
+	// it on, not by waiting them out.
+	var ahead atomic.Int64
+	clock := func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
+	pastCacheWindow := func() { ahead.Add(int64(agentadmission.TTL + 100*time.Millisecond)) }
 	checker := agentadmission.New(agentadmission.Config{URL: "http://" + p.listen, Token: tok,
 		OrgID: "acme-org", WorkspaceID: "research", AgentID: "agent-7"}, agentadmission.WithLogger(zerolog.Nop()),
-		agentadmission.WithAuditSink(agentadmission.NewJSONSink(io.Discard)))
+		agentadmission.WithAuditSink(agentadmission.NewJSONSink(io.Discard)), agentadmission.WithClock(clock))
 	work := checker.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "worked")
 	}))
@@ -90,29 +96,34 @@ func TestAgentMiddlewareAgainstARealTollgated(t *testing.T) {
 	if m := p.postUsage(tok, "agent-7", 5, 100, "run1"); m["duplicate"] != 5.0 || m["accepted"] != 0.0 {
 		t.Fatalf("re-sent batch: %v", m)
 	}
-	time.Sleep(5100 * time.Millisecond) // the middleware's cache of the earlier admit
+	// The daemon denies first; then the middleware's cache of the earlier
+	// admit runs out, and its next call asks the daemon.
+	awaitAdmission(t, p, tok, "agent-7", `"decision":"deny"`)
+	pastCacheWindow()
 	resp, body := call()
 	if resp.StatusCode != http.StatusPaymentRequired {
 		t.Fatalf("spent workspace: %d %s", resp.StatusCode, body)
 	}
 	var deny map[string]any
 	json.Unmarshal([]byte(body), &deny)
-	midnight := time.Now().UTC().Truncate(24 * time.Hour).Add(24 * time.Hour)
+	midnight := clock().UTC().Truncate(24 * time.Hour).Add(24 * time.Hour)
 	if deny["error"] != "admission_denied" || deny["scope"] != "workspace" || deny["window"] != "daily" ||
 		deny["reason"] != "cost_limit_exceeded" || deny["reset_at"] != midnight.Format(time.RFC3339) {
 		t.Fatalf("deny body %s", body)
 	}
 	retry, err := strconv.Atoi(resp.Header.Get("Retry-After"))
-	if want := int(time.Until(midnight).Seconds()); err != nil || retry < want-2 || retry > want+2 {
+	if want := int(midnight.Sub(clock()).Seconds()); err != nil || retry < want-2 || retry > want+2 {
 		t.Fatalf("Retry-After %q, want about %d (to %s)", resp.Header.Get("Retry-After"), want, midnight)
 	}
 
-	// A top-up to the workspace funds it again once the cached deny expires.
+	// A top-up to the workspace funds it again once the cached deny
+	// expires: the daemon admits at once, the middleware after its window.
 	p.adminCall("POST", "/v1/accounts/research/deposits", map[string]any{"units": 1000, "idempotency_key": "top-up-1"}, http.StatusCreated)
+	awaitAdmission(t, p, tok, "agent-7", `"decision":"admit"`)
 	if resp, _ := call(); resp.StatusCode != http.StatusPaymentRequired {
 		t.Fatalf("inside the cache window the deny should still hold: %d", resp.StatusCode)
 	}
-	time.Sleep(5100 * time.Millisecond)
+	pastCacheWindow()
 	if resp, body := call(); resp.StatusCode != 200 || body != "worked" {
 		t.Fatalf("after top-up and cache window: %d %s", resp.StatusCode, body)
 	}

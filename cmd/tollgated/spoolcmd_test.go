@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/tollgated/tollgated/spool"
 )
@@ -59,7 +58,7 @@ func killUnderLoad(t *testing.T, dir string) (*acked, string, *spool.Report) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	a := load(ctx, p.listen, key, 8)
-	time.Sleep(1200 * time.Millisecond)
+	a.awaitAcked(t, 500)
 	p.kill9()
 	a.wait()
 	if len(a.units) == 0 {

@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tollgated/tollgated/internal/await"
 )
 
 // runFailingProc runs tollgated with args (plus the test admin token) and
@@ -101,6 +103,13 @@ func (p *probe) run(addr, req string, stop <-chan struct{}, wg *sync.WaitGroup) 
 	}
 }
 
+// counts reads one of p's counts while the probe runs.
+func (p *probe) counts(n func() int) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return n()
+}
+
 func (p *probe) fail(s string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -145,9 +154,15 @@ func TestRestartedDaemonNeverAnswers401DuringStartUp(t *testing.T) {
 			go pr.run(addr, req, stop, &wg)
 		}
 	}
-	time.Sleep(50 * time.Millisecond) // the clients are being refused
+	for name, pr := range probes {
+		await.True(t, name+" clients refused before the start", func() bool { return pr.counts(func() int { return pr.refused }) > 0 })
+	}
 	p = startProc(t, dir, "--listen", addr)
-	time.Sleep(500 * time.Millisecond)
+	for name, pr := range probes {
+		await.True(t, name+" clients answered after the start", func() bool {
+			return pr.counts(func() int { return pr.statuses[http.StatusOK] }) >= 20
+		})
+	}
 	close(stop)
 	wg.Wait()
 	p.stop()

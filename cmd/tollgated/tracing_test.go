@@ -10,9 +10,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/rs/zerolog"
+	"github.com/tollgated/tollgated/internal/await"
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	collector "go.opentelemetry.io/proto/otlp/collector/trace/v1"
@@ -135,19 +135,17 @@ func TestDaemonExportsSpansWithOTLP(t *testing.T) {
 		t.Fatalf("check: %v %v", err, resp)
 	}
 	resp.Body.Close()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		admin := rc.traces("admin GET /v1/accounts/{id}")
-		if len(admin) > 0 && len(rc.traces("ledger.acquire")) > 0 && len(rc.traces("export.settle")) > 0 &&
-			len(rc.traces("provision.account")) > 0 {
-			if admin[0] != traceID {
-				t.Fatalf("admin span in trace %s, want the traceparent's %s", admin[0], traceID)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			rc.mu.Lock()
-			t.Fatalf("spans received: %v", rc.spans)
-		}
+	var admin []string
+	if !await.Poll(await.Default, func() bool {
+		admin = rc.traces("admin GET /v1/accounts/{id}")
+		return len(admin) > 0 && len(rc.traces("ledger.acquire")) > 0 && len(rc.traces("export.settle")) > 0 &&
+			len(rc.traces("provision.account")) > 0
+	}) {
+		rc.mu.Lock()
+		t.Fatalf("spans received: %v", rc.spans)
+	}
+	if admin[0] != traceID {
+		t.Fatalf("admin span in trace %s, want the traceparent's %s", admin[0], traceID)
 	}
 	p.stop()
 }

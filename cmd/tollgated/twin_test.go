@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tollgated/tollgated/internal/await"
 )
 
 // twin is a tollgated process started without waiting for it.
@@ -43,19 +45,21 @@ func startTwin(t *testing.T, args ...string) *twin {
 // outcome waits until the twin is ready ("ready") or has exited
 // ("exited <status>"), for at most within.
 func (w *twin) outcome(within time.Duration) string {
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
+	got := "neither ready nor exited"
+	await.Poll(within, func() bool {
 		select {
 		case <-w.exited:
-			return "exited " + strconv.Itoa(w.cmd.ProcessState.ExitCode())
+			got = "exited " + strconv.Itoa(w.cmd.ProcessState.ExitCode())
+			return true
 		default:
 		}
 		if strings.Contains(w.stderr.String(), "tollgated ready") {
-			return "ready"
+			got = "ready"
+			return true
 		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	return "neither ready nor exited"
+		return false
+	})
+	return got
 }
 
 // TestTwinStartsOnOneAddressLeaveOneDaemon: two daemons started at the
