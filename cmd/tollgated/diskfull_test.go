@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tollgated/tollgated/internal/await"
 )
 
 // smallFilesystem mounts a tmpfs of size under a temporary directory, for
@@ -97,23 +99,16 @@ func fillUntilRefused(t *testing.T, p *proc, key, filler string) *acked {
 	defer cancel()
 	stop := make(chan struct{})
 	a := loadUntil(ctx, stop, p.listen, key, 8, 10*time.Second)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	refusedFull := await.Poll(await.Default, func() bool {
 		a.mu.Lock()
-		refused, other := a.denied["503 storage-full"], len(a.denied)
-		a.mu.Unlock()
-		if refused > 0 {
-			break
-		}
-		if other > 0 || time.Now().After(deadline) {
-			close(stop)
-			a.wait()
-			t.Fatalf("a full disk: %d admitted, then refused %v (want storage-full, within 30 s)", len(a.units), a.denied)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		defer a.mu.Unlock()
+		return a.denied["503 storage-full"] > 0 || len(a.denied) > 0
+	})
 	close(stop)
 	a.wait()
+	if !refusedFull || a.denied["503 storage-full"] == 0 {
+		t.Fatalf("a full disk: %d admitted, then refused %v (want storage-full)", len(a.units), a.denied)
+	}
 	return a
 }
 
@@ -143,7 +138,7 @@ func TestAFullDiskIsRefusedAtOnceAndRecoversByItself(t *testing.T) {
 	defer cancel()
 	stop := make(chan struct{})
 	before := loadUntil(ctx, stop, p.listen, key, 4, 5*time.Second)
-	time.Sleep(300 * time.Millisecond)
+	before.awaitAcked(t, 500) // the daemon is under load before the disk fills
 	close(stop)
 	before.wait()
 	admitted(before)
@@ -183,18 +178,14 @@ func TestAFullDiskIsRefusedAtOnceAndRecoversByItself(t *testing.T) {
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		c := timedCheck(t, p.listen, key)
-		if c.status == 200 {
-			acknowledged[c.id] = true
-			break
-		}
-		if c.code != "storage-full" || time.Now().After(deadline) {
+	var c checkAnswer
+	await.True(t, "a check admitted once space was freed", func() bool {
+		if c = timedCheck(t, p.listen, key); c.status != 200 && c.code != "storage-full" {
 			t.Fatalf("after space was freed: %d %s", c.status, c.code)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return c.status == 200
+	})
+	acknowledged[c.id] = true
 	if st, code := statusCode(t, "http://"+p.listen+"/readyz", ""); st != 200 {
 		t.Fatalf("/readyz once there is room: %d %s", st, code)
 	}
