@@ -88,6 +88,9 @@ func TestFleetNodeOnAnEmptyDataDirectoryCreditsNothingAcknowledged(t *testing.T)
 	lostAt := time.Now()
 	close(stop)
 	before.wait()
+	// A commit node 1 sent just before it died still lands: its leases
+	// are what they are once that has.
+	awaitTransactionsBefore(t, url, lostAt)
 	s := openFleetLedger(t, url)
 	oldLeases, oldUnits, _ := heldBy(t, s, "node-1", grace)
 	if oldLeases == 0 {
@@ -395,6 +398,27 @@ func withUser(t *testing.T, raw, user string) string {
 }
 
 // execSQL runs statements, one after another, on the database at url.
+// awaitTransactionsBefore waits until no daemon's transaction that began
+// before at is still open at PostgreSQL: a killed node's last commit has
+// landed, or its transaction was rolled back when its socket closed.
+func awaitTransactionsBefore(t *testing.T, url string, at time.Time) {
+	t.Helper()
+	db, err := pgx.Connect(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(t.Context())
+	await.True(t, "the daemons' transactions begun before "+at.Format(time.RFC3339Nano)+" to end", func() bool {
+		var open int
+		err := db.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
+			WHERE application_name = 'tollgated' AND datname = current_database() AND xact_start < $1`, at).Scan(&open)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return open == 0
+	})
+}
+
 func execSQL(t *testing.T, url string, statements ...string) {
 	t.Helper()
 	db, err := pgx.Connect(t.Context(), url)
