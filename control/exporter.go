@@ -224,7 +224,10 @@ func (e *Exporter) export(ctx context.Context, release bool) error {
 			}
 			return err
 		}
-		if n == 0 {
+		// A short batch is all the spool had published: a cadence pass
+		// leaves what was noted durable since for the next pass, instead of
+		// settling its few records in a transaction of their own.
+		if n == 0 || !release && n < e.batch {
 			break
 		}
 	}

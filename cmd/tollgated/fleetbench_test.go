@@ -38,16 +38,15 @@ func TestFleetCost(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close(t.Context())
-	commits := func() int64 {
+	commits := func() (n, rollbacks int64) {
 		// Counters reach pg_stat_database when a backend's transaction
 		// ends, at most once a second: read them after a pause.
 		time.Sleep(1100 * time.Millisecond)
-		var n int64
-		if err := db.QueryRow(t.Context(), `SELECT xact_commit + xact_rollback FROM pg_stat_database
-			WHERE datname = current_database()`).Scan(&n); err != nil {
+		if err := db.QueryRow(t.Context(), `SELECT xact_commit + xact_rollback, xact_rollback FROM pg_stat_database
+			WHERE datname = current_database()`).Scan(&n, &rollbacks); err != nil {
 			t.Fatal(err)
 		}
-		return n
+		return n, rollbacks
 	}
 	// Each node has one shard, pinned to a CPU (node i to CPU i mod 2), so
 	// the two-node rounds add a node, not two processes' shards contending
@@ -97,10 +96,10 @@ func TestFleetCost(t *testing.T) {
 		// The window runs from one read of the transaction counter to the
 		// next; the counts of checks, CPU and the nodes' own ledger calls
 		// are taken at the same moments.
-		tx0 := commits()
+		tx0, rb0 := commits()
 		cpu0, checks0, ticks0, calls0, start := cluster.CPU(), count(), ticks(), ledgerCalls(nodes), time.Now()
 		time.Sleep(benchWindow)
-		tx1 := commits()
+		tx1, rb1 := commits()
 		cpu1, checks1, ticks1, calls1, elapsed := cluster.CPU(), count(), ticks(), ledgerCalls(nodes), time.Since(start)
 		close(stop)
 		for _, a := range loads {
@@ -119,10 +118,10 @@ func TestFleetCost(t *testing.T) {
 		}
 		tx := float64(tx1 - tx0)
 		perNode := func(v float64) float64 { return v / secs / float64(n) }
-		t.Logf("%d node(s), %d connections each, %s, %.1f s: %.0f checks/s, %.1f ledger transactions/s, %.1f per node (%.2f per 1,000 checks); "+
+		t.Logf("%d node(s), %d connections each, %s, %.1f s: %.0f checks/s, %.1f ledger transactions/s (%.1f rolled back), %.1f per node (%.2f per 1,000 checks); "+
 			"per node a second: %.1f settlements, %.1f lease calls, %.1f funding refreshes, %.1f other; "+
 			"PostgreSQL CPU %.1f ms per 1,000 checks (%.1f%% of one CPU), %.0f checks per tollgated CPU-second (%.1f µs per check)",
-			n, loadConns, offered, secs, checks/secs, tx/secs, perNode(tx), tx/checks*1000,
+			n, loadConns, offered, secs, checks/secs, tx/secs, float64(rb1-rb0)/secs, perNode(tx), tx/checks*1000,
 			perNode(calls1.settlements-calls0.settlements), perNode(calls1.leases-calls0.leases),
 			perNode(calls1.refreshes-calls0.refreshes),
 			perNode(tx-(calls1.settlements-calls0.settlements)-(calls1.leases-calls0.leases)-(calls1.refreshes-calls0.refreshes)),
@@ -159,22 +158,24 @@ func sumSeries(text, prefix string) (sum float64) {
 	return sum
 }
 
-// pacer hands out rate tokens a second, in slices of 10 ms, until stop
+// pacer hands out rate tokens a second, in slices of 10 ms (a rate below
+// 100 a second carries its fractions over to the next slice), until stop
 // closes; tokens nobody took within a slice are dropped.
 func pacer(stop <-chan struct{}, rate int) <-chan struct{} {
 	const slice = 10 * time.Millisecond
-	per := max(1, rate*int(slice)/int(time.Second))
-	tokens := make(chan struct{}, per)
+	tokens := make(chan struct{}, max(1, rate*int(slice)/int(time.Second)))
 	go func() {
 		t := time.NewTicker(slice)
 		defer t.Stop()
+		var owed int64 // tokens due times one second
 		for {
 			select {
 			case <-stop:
 				return
 			case <-t.C:
 			}
-			for range per {
+			owed += int64(rate) * int64(slice)
+			for ; owed >= int64(time.Second); owed -= int64(time.Second) {
 				select {
 				case tokens <- struct{}{}:
 				default:
