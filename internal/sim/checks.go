@@ -4,7 +4,9 @@ import (
 	"context"
 	"strconv"
 
+	"github.com/tollgated/tollgated/control"
 	"github.com/tollgated/tollgated/core"
+	"github.com/tollgated/tollgated/fleet"
 	"github.com/tollgated/tollgated/ledger"
 )
 
@@ -341,11 +343,36 @@ func (w *World) checkTraffic() {
 			}
 		}
 	}
+	w.checkCadences()
 	// The drained end: after three lease lifetimes of quiet, not one call.
 	quiet := w.now - 2*w.cfg.LeaseTTL
 	for _, c := range w.ledgerCalls {
 		if c.at > quiet {
 			w.fail("a ledger call (%s for %s) at %d, long after the last traffic", c.kind, c.account, c.at)
+		}
+	}
+}
+
+// checkCadences bounds each node's ledger transactions of a cadence — export
+// passes, funding reads, maintenance passes — over every window of ten
+// simulated seconds by what the cadences allow, however busy the node and
+// however many nodes announce funding moves: a settlement a
+// control.SettleEvery, a read a fleet.DefaultFundsEvery, a maintenance pass
+// a second. Reads once per announcement, or settling every 100 ms, broke
+// it.
+func (w *World) checkCadences() {
+	const window = int64(10e9)
+	perWindow := int(window/int64(control.SettleEvery)+window/int64(fleet.DefaultFundsEvery)+window/1e9) + 3
+	for _, n := range w.nodes {
+		for i, j := 0, 0; j < len(n.ledgerTx); j++ {
+			for n.ledgerTx[j]-n.ledgerTx[i] >= window {
+				i++
+			}
+			if j-i+1 > perWindow {
+				w.fail("%s: %d ledger transactions of its cadences within ten simulated seconds ending at %d, at most %d",
+					n, j-i+1, n.ledgerTx[j], perWindow)
+				return
+			}
 		}
 	}
 }
