@@ -353,25 +353,34 @@ func (w *World) checkTraffic() {
 	}
 }
 
-// checkCadences bounds each node's ledger transactions of a cadence — export
-// passes, funding reads, maintenance passes — over every window of ten
-// simulated seconds by what the cadences allow, however busy the node and
-// however many nodes announce funding moves: a settlement a
-// control.SettleEvery, a read a fleet.DefaultFundsEvery, a maintenance pass
-// a second. Reads once per announcement, or settling every 100 ms, broke
-// it.
+// The cadences of a node's ledger transactions.
+const (
+	exportPass      = iota // control.SettleEvery
+	fundingRead            // fleet.DefaultFundsEvery
+	maintenancePass        // a second
+	numCadences
+)
+
+// checkCadences bounds each node's ledger transactions of each cadence —
+// export passes, funding reads, maintenance passes — over every window of
+// ten simulated seconds by what the cadence allows, however busy the node
+// and however many nodes announce funding moves. Settling every 100 ms
+// broke it.
 func (w *World) checkCadences() {
 	const window = int64(10e9)
-	perWindow := int(window/int64(control.SettleEvery)+window/int64(fleet.DefaultFundsEvery)+window/1e9) + 3
+	every := [numCadences]int64{int64(control.SettleEvery), int64(fleet.DefaultFundsEvery), 1e9}
 	for _, n := range w.nodes {
-		for i, j := 0, 0; j < len(n.ledgerTx); j++ {
-			for n.ledgerTx[j]-n.ledgerTx[i] >= window {
-				i++
-			}
-			if j-i+1 > perWindow {
-				w.fail("%s: %d ledger transactions of its cadences within ten simulated seconds ending at %d, at most %d",
-					n, j-i+1, n.ledgerTx[j], perWindow)
-				return
+		for c, times := range n.ledgerTx {
+			limit := int(window/every[c]) + 1
+			for i, j := 0, 0; j < len(times); j++ {
+				for times[j]-times[i] >= window {
+					i++
+				}
+				if j-i+1 > limit {
+					w.fail("%s: %d ledger transactions of cadence %d within ten simulated seconds ending at %d, at most %d",
+						n, j-i+1, c, times[j], limit)
+					return
+				}
 			}
 		}
 	}

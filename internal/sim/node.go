@@ -51,9 +51,8 @@ type node struct {
 	funds      fleet.RefreshCadence
 	refreshing bool
 	// ledgerTx: when each of this node's ledger transactions of a cadence
-	// began (export passes, funding reads, maintenance passes), for the
-	// bound on its ledger traffic.
-	ledgerTx []int64
+	// began, by cadence, for the bound on its ledger traffic.
+	ledgerTx [numCadences][]int64
 
 	dead       bool
 	nextExport int64
@@ -215,7 +214,7 @@ func (n *node) background() {
 		if n.exporter.Stats().Settlements > settled {
 			// One pass: the daemon's batch holds a pass's records, the
 			// simulator's small one splits them to test the batching.
-			n.ledgerTx = append(n.ledgerTx, w.now)
+			n.ledgerTx[exportPass] = append(n.ledgerTx[exportPass], w.now)
 		}
 		n.stalled = n.sp.released == before
 	}
@@ -224,7 +223,7 @@ func (n *node) background() {
 		if _, err := n.prov.MaintainOnce(); err != nil {
 			w.fail("node %s: maintenance: %v", n.id, err)
 		}
-		n.ledgerTx = append(n.ledgerTx, w.now)
+		n.ledgerTx[maintenancePass] = append(n.ledgerTx[maintenancePass], w.now)
 		w.fundsMoved(n, nil) // a forfeit or a rollover may have moved anyone's funding
 	}
 }

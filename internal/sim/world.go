@@ -254,7 +254,7 @@ func (w *World) scheduleRefresh(n *node) {
 			w.scheduleRefresh(n)
 			return
 		}
-		n.ledgerTx = append(n.ledgerTx, w.now)
+		n.ledgerTx[fundingRead] = append(n.ledgerTx[fundingRead], w.now)
 		var err error
 		if all {
 			err = n.prov.RefreshAllFunding(context.Background())
