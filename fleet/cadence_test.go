@@ -14,8 +14,8 @@ import (
 // 64 nodes settling ten times a second here, an announcement every 1.5 ms
 // — and reads funding evidence at most once per DefaultFundsEvery: two
 // reads a second, the same as with one node, each covering everything
-// announced since the one before. Reading once per announcement, or once
-// per 20 ms as before, made a node's reads grow with the fleet.
+// announced since the one before. Reading once per announcement, or at a
+// short interval as before, made a node's reads grow with the fleet.
 func TestRefreshCadenceReadsAtMostTwiceASecondWhateverTheFleet(t *testing.T) {
 	const nodes, settlementsPerSecond, seconds = 64, 10, 10
 	var c RefreshCadence

@@ -32,11 +32,12 @@ const statsLag = 11 * time.Second
 // each under as much load as eight connections give it, cost PostgreSQL at
 // most ledgerBudget transactions a second each (pg_stat_database's commits
 // and rollbacks of the fleet's own database over budgetWindow), while every
-// acknowledged check is billed once. Settling every 100 ms, and reading
-// funding evidence again on every settlement any node announced, cost
-// about 25–35 a second per node, growing with the number of nodes. A busy
-// machine serves fewer checks but cannot raise the count: every source of
-// transactions runs on a cadence.
+// acknowledged check is billed once. Settling at a short interval whatever
+// the load, and announcing every settlement to every node — each NOTIFY a
+// transaction at every listening connection, and a read of the evidence on
+// every node — cost several times the budget, more with every node added
+// (BENCHMARKS.md). A busy machine serves fewer checks but cannot raise the
+// count: every source of transactions runs on a cadence.
 func TestAFleetNodeStaysWithinItsLedgerBudget(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real processes")
