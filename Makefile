@@ -93,11 +93,13 @@ BENCH_KEY ?= bench-demo-key
 bench-http:
 	BENCH_KEY=$(BENCH_KEY) BENCH_TOLLGATED_ARGS="--demo-key $(BENCH_KEY) $(BENCH_TOLLGATED_ARGS)" bash bench/http.sh
 
-# bench-fleet: what a fleet costs its PostgreSQL (ledger transactions and
-# PostgreSQL CPU per 1,000 durable checks; checks per tollgated CPU-second),
-# one node and then two on a durable cluster of their own, how fast an
-# admin change reaches the other nodes (p50/p99), and how fast spending
-# through one node shows on another's /v1/admission. About two minutes.
+# bench-fleet: what a fleet costs its PostgreSQL (ledger transactions per
+# node a second and per 1,000 durable checks, where they come from, and
+# PostgreSQL CPU per 1,000 checks; checks per tollgated CPU-second), 1, 2
+# and 4 nodes at 30 and 1,000 checks/s per node, 1 and 2 at 3,000/s and
+# closed loop, on a durable cluster of their own; how fast an admin change
+# reaches the other nodes (p50/p99), and how fast spending through one node
+# shows on another's /v1/admission. About two and a half minutes.
 bench-fleet:
 	TOLLGATED_FLEET_BENCH=1 $(GO) test -count=1 -run 'TestFleetCost$$|TestFleetPropagatesAdminChanges$$|TestFleetAdmissionIsFleetWide$$' -v ./cmd/tollgated/ | grep -E 'node\(s\)|samples|denied|^(ok|FAIL|---)'
 

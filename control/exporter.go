@@ -124,8 +124,20 @@ func (e *Exporter) WakeAt(seq uint64) {
 	e.Wake()
 }
 
+// SettleEvery is the exporter's cadence in a daemon: a pass — one
+// settlement of everything durable, up to the batch — starts at most once
+// per SettleEvery, however many requests arrive, so a node's settlements
+// are at most one per SettleEvery while its traffic fits a batch a pass.
+// Acknowledged usage waits in the spool (durable) for at most one interval
+// and one settlement before the ledger has it; it is paid from leases
+// granted beforehand, so the wait moves no money: it delays only what the
+// other nodes read of the account's remaining funds.
+const SettleEvery = 500 * time.Millisecond
+
 // Run exports until stop closes: after each Wake (the spool calls it when
-// more usage is durable), at most once per interval, so a busy node bills in
+// more usage is durable), at most once per interval measured from the start
+// of the pass before (a fixed cadence: a busy node settles every interval,
+// not every interval plus a settlement's time), so a busy node bills in
 // batches; and not at all while nothing new is durable, so an idle node's
 // exporter does not wake. A failing ledger is retried with backoff (up to
 // 5 s); nothing is dropped.
@@ -137,16 +149,21 @@ func (e *Exporter) Run(stop <-chan struct{}, interval time.Duration) {
 			return
 		case <-e.wake:
 		}
-		wait := interval
+		started := time.Now()
+		var wait time.Duration
 		if err := e.export(context.Background(), false); err != nil {
 			backoff = min(2*backoff, 5*time.Second)
 			wait = backoff
 			e.Wake() // what failed is still to export
 		} else {
 			backoff = interval
+			wait = interval - time.Since(started)
 			if e.pending() {
 				e.Wake()
 			}
+		}
+		if wait <= 0 {
+			continue
 		}
 		select {
 		case <-stop:
@@ -207,7 +224,10 @@ func (e *Exporter) export(ctx context.Context, release bool) error {
 			}
 			return err
 		}
-		if n == 0 {
+		// A short batch is all the spool had published: a cadence pass
+		// leaves what was noted durable since for the next pass, instead of
+		// settling its few records in a transaction of their own.
+		if n == 0 || !release && n < e.batch {
 			break
 		}
 	}

@@ -36,8 +36,12 @@ type Provisioner struct {
 	// after ingesting it: a re-sent event is a duplicate within it and new
 	// after it. It bounds the ledger's growth (DefaultEventRetention).
 	EventRetention time.Duration
+	// ForgetEvery spaces maintenance's forgetting of event ids
+	// (DefaultForgetEvery if 0): each pass is a ledger transaction.
+	ForgetEvery time.Duration
 
-	keyIDs keyIDs // KeysUsed's map from a key's principal to its id
+	keyIDs keyIDs
+	forgot int64 // when maintenance last forgot event ids (0: never) // KeysUsed's map from a key's principal to its id
 }
 
 // keyIDs maps the principal a key authenticates as to the key's id.
@@ -50,6 +54,11 @@ type keyIDs struct {
 // down for days replays what it had not marked exported) and the retries
 // of a post-paid reporter.
 const DefaultEventRetention = 7 * 24 * time.Hour
+
+// DefaultForgetEvery: ids are forgotten once a minute, not at every
+// maintenance pass. Forgetting is housekeeping against a retention of
+// days; a pass every second cost each node a ledger transaction a second.
+const DefaultForgetEvery = time.Minute
 
 // forgetBatch and forgetBatches bound one maintenance pass's forgetting:
 // the first pass after a long outage catches up over several passes
@@ -413,7 +422,26 @@ func (v *Provisioner) MaintainOnce() (rolled int, err error) {
 	}
 	// Last: forgetting is housekeeping, and a slow catch-up must not hold
 	// back a budget's rollover.
+	if !v.forgetDue(now) {
+		return rolled, nil
+	}
 	return rolled, v.forgetEvents(ctx, now)
+}
+
+// forgetDue reports whether a maintenance pass at now forgets event ids:
+// the first pass does, then one every ForgetEvery (and one after the clock
+// stepped back, which must not hold forgetting off for as long as it
+// stepped).
+func (v *Provisioner) forgetDue(now int64) bool {
+	every := v.ForgetEvery
+	if every <= 0 {
+		every = DefaultForgetEvery
+	}
+	if v.forgot != 0 && now >= v.forgot && now-v.forgot < int64(every) {
+		return false
+	}
+	v.forgot = now
+	return true
 }
 
 // forgetEvents drops the event ids ingested more than EventRetention ago

@@ -23,7 +23,8 @@ func TestMaintenanceForgetsEventIDsAfterTheRetention(t *testing.T) {
 	if _, err := ln.store.Ingest(ctx, post, ingestedAt); err != nil {
 		t.Fatal(err)
 	}
-	prov.EventRetention = 0 // unset: the default, not "forget everything"
+	prov.ForgetEvery = time.Nanosecond // every pass: this test is about the retention's edge, not the cadence
+	prov.EventRetention = 0            // unset: the default, not "forget everything"
 	prov.Now = func() int64 { return ingestedAt + int64(time.Hour) + 1 }
 	if _, err := prov.MaintainOnce(); err != nil {
 		t.Fatal(err)
@@ -50,6 +51,37 @@ func TestMaintenanceForgetsEventIDsAfterTheRetention(t *testing.T) {
 		if c.want == ledger.Accepted {
 			return
 		}
+	}
+}
+
+// forgetCounter counts the forgetting transactions maintenance asks for.
+type forgetCounter struct {
+	ledger.Store
+	calls int
+}
+
+func (f *forgetCounter) ForgetEvents(ctx context.Context, before int64, limit int) (int, error) {
+	f.calls++
+	return f.Store.ForgetEvents(ctx, before, limit)
+}
+
+// TestMaintenanceForgetsOnItsOwnCadence: maintenance passes once a second
+// for three minutes forget event ids three times, not 180: forgetting was a
+// ledger transaction a second on every node of a fleet, for housekeeping
+// against a retention of days.
+func TestMaintenanceForgetsOnItsOwnCadence(t *testing.T) {
+	ln := newNode(t, 1, LeaseConfig{TTL: time.Minute})
+	counter := &forgetCounter{Store: ln.store}
+	prov := NewProvisioner(ln.prov.plane, counter)
+	start := time.Now().UnixNano()
+	for s := range int64(180) {
+		prov.Now = func() int64 { return start + s*int64(time.Second) }
+		if _, err := prov.MaintainOnce(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if counter.calls != 3 {
+		t.Fatalf("180 passes a second apart forgot %d times, want 3 (once a minute)", counter.calls)
 	}
 }
 

@@ -508,11 +508,14 @@ func (d *Daemon) close() {
 // Usage moves from the spool to the ledger in few, large transactions: a
 // ledger commit (and the spool's release mark) costs the same for one event
 // as for thousands, and the exporter shares the CPUs with the shards.
-// ExportInterval is how long billed usage may wait in the spool for its
-// export when nothing wakes the exporter sooner.
+// ExportInterval is the exporter's cadence (control.SettleEvery): how long
+// billed usage may wait in the spool for its export. A pass settles up to
+// exportBatch records a transaction, so a node settles once per interval
+// while it bills fewer than exportBatch records an interval, and one
+// settlement more per exportBatch records beyond that.
 const (
-	exportBatch    = 4096
-	ExportInterval = 100 * time.Millisecond
+	exportBatch    = 65536
+	ExportInterval = control.SettleEvery
 )
 
 // fundingWait turns Config.FundingWait into node.Config's: 0 means no

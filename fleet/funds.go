@@ -27,14 +27,15 @@ type Refresher interface {
 
 // Funds keeps a node's funding evidence — what /v1/admission decides from,
 // and what the shards refuse from before asking for a lease — in step with
-// spending on every node. Each node settles its usage about every 100 ms;
-// the ledger announces whose funding moved; Funds reads their evidence
-// (their subtrees') again and publishes it. Announcements are coalesced:
-// one refresh runs at a time, and the next starts Every after it began or
-// as long after it ended as it took, whichever is later, so refreshing
-// takes at most half of a node's time with the ledger however large the
-// subtrees being spent from, and the reads grow with them and with time,
-// not with requests, however many nodes settle.
+// spending on every node. Each node settles its usage on a cadence
+// (control.SettleEvery); the ledger announces whose funding moved; Funds
+// reads their evidence (their subtrees') again and publishes it.
+// Announcements are coalesced by a RefreshCadence: one read at a time, each
+// starting at most once per Every and no sooner after the last one ended
+// than it took, so a node reads at most once per Every however many nodes
+// settle and however many announcements arrive, and reading takes at most
+// half of a node's time with the ledger however large the subtrees being
+// spent from.
 type Funds struct {
 	Source  FundsSource
 	Refresh Refresher
@@ -49,25 +50,20 @@ type Funds struct {
 	Refreshed func(ids int, all bool)
 
 	mu      sync.Mutex
-	pending map[core.AccountID]bool
-	// all: everything is pending besides. Kept apart from pending, so a
-	// full pass that keeps failing does not hold up the accounts named.
-	all  bool
-	wake chan struct{}
+	cadence RefreshCadence
+	wake    chan struct{}
 }
 
-// DefaultFundsEvery spaces refreshes: far below the 100 ms an admin change
-// may take to reach every node, and at most 50 evidence passes a second.
-const DefaultFundsEvery = 20 * time.Millisecond
-
-// maxPendingFunds bounds the accounts waiting for a refresh; past it, the
-// next refresh reads every account instead of them.
-const maxPendingFunds = 4096
+// DefaultFundsEvery spaces a node's reads of funding evidence: with the
+// settlement cadence it bounds how stale another node's spending is here
+// (docs/FLEET.md), and it is the node's ceiling on those reads — two a
+// second — whatever the fleet's size.
+const DefaultFundsEvery = 500 * time.Millisecond
 
 // Run follows the announcements until ctx ends (it returns ctx's error).
 func (f *Funds) Run(ctx context.Context) error {
 	f.mu.Lock()
-	f.pending, f.wake = make(map[core.AccountID]bool), make(chan struct{}, 1)
+	f.cadence, f.wake = RefreshCadence{Every: int64(f.Every)}, make(chan struct{}, 1)
 	f.mu.Unlock()
 	done := make(chan struct{})
 	go func() {
@@ -85,16 +81,7 @@ func (f *Funds) Run(ctx context.Context) error {
 // note adds an announcement to what the next refresh reads.
 func (f *Funds) note(ids []core.AccountID, all bool) {
 	f.mu.Lock()
-	if all {
-		f.all = true
-	}
-	for _, id := range ids {
-		if len(f.pending) >= maxPendingFunds {
-			f.all = true // covers the rest
-			break
-		}
-		f.pending[id] = true
-	}
+	f.cadence.Note(ids, all)
 	f.mu.Unlock()
 	select {
 	case f.wake <- struct{}{}:
@@ -102,42 +89,48 @@ func (f *Funds) note(ids []core.AccountID, all bool) {
 	}
 }
 
-// take returns and clears what is pending.
-func (f *Funds) take() (ids []core.AccountID, all bool) {
+// take starts a refresh at now if the cadence lets one start, or says how
+// long to wait (0 with nothing pending).
+func (f *Funds) take(now time.Time) (ids []core.AccountID, all, ok bool, wait time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	all, f.all = f.all, false
-	for id := range f.pending {
-		ids = append(ids, id)
+	ids, all, ok = f.cadence.Take(now.UnixNano())
+	if !ok {
+		if due, pending := f.cadence.Due(); pending {
+			wait = max(time.Duration(due-now.UnixNano()), 1)
+		}
 	}
-	clear(f.pending)
-	return ids, all
+	return ids, all, ok, wait
 }
 
 func (f *Funds) refreshLoop(ctx context.Context) {
-	every := f.Every
-	if every <= 0 {
-		every = DefaultFundsEvery
-	}
 	named, whole := retryMin, retryMin // back-offs of the two kinds of refresh
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-f.wake:
-		}
 		started := time.Now()
-		ids, all := f.take()
+		ids, all, ok, wait := f.take(started)
+		if !ok {
+			if wait == 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-f.wake:
+				}
+			} else if !sleep(ctx, wait) {
+				return
+			}
+			continue
+		}
 		if len(ids) > 0 {
 			if err := f.Refresh.RefreshFunding(ctx, ids); err != nil {
 				if ctx.Err() != nil {
 					return
 				}
 				f.failed(false, err)
-				f.note(ids, all) // again, with whatever arrives meanwhile
-				if !sleep(ctx, named) {
-					return
-				}
+				// Again after the back-off, with whatever arrives meanwhile.
+				f.mu.Lock()
+				f.cadence.Note(ids, all)
+				f.cadence.Defer(time.Now().Add(named).UnixNano())
+				f.mu.Unlock()
 				named = min(2*named, retryMax)
 				continue
 			}
@@ -159,10 +152,9 @@ func (f *Funds) refreshLoop(ctx context.Context) {
 				f.refreshed(0, true)
 			}
 		}
-		took := time.Since(started)
-		if !sleep(ctx, max(every-took, took)) {
-			return
-		}
+		f.mu.Lock()
+		f.cadence.Done(started.UnixNano(), time.Now().UnixNano())
+		f.mu.Unlock()
 	}
 }
 

@@ -4,7 +4,9 @@ import (
 	"context"
 	"strconv"
 
+	"github.com/tollgated/tollgated/control"
 	"github.com/tollgated/tollgated/core"
+	"github.com/tollgated/tollgated/fleet"
 	"github.com/tollgated/tollgated/ledger"
 )
 
@@ -341,11 +343,45 @@ func (w *World) checkTraffic() {
 			}
 		}
 	}
+	w.checkCadences()
 	// The drained end: after three lease lifetimes of quiet, not one call.
 	quiet := w.now - 2*w.cfg.LeaseTTL
 	for _, c := range w.ledgerCalls {
 		if c.at > quiet {
 			w.fail("a ledger call (%s for %s) at %d, long after the last traffic", c.kind, c.account, c.at)
+		}
+	}
+}
+
+// The cadences of a node's ledger transactions.
+const (
+	exportPass      = iota // control.SettleEvery
+	fundingRead            // fleet.DefaultFundsEvery
+	maintenancePass        // a second
+	numCadences
+)
+
+// checkCadences bounds each node's ledger transactions of each cadence —
+// export passes, funding reads, maintenance passes — over every window of
+// ten simulated seconds by what the cadence allows, however busy the node
+// and however many nodes announce funding moves. Settling every 100 ms
+// broke it.
+func (w *World) checkCadences() {
+	const window = int64(10e9)
+	every := [numCadences]int64{int64(control.SettleEvery), int64(fleet.DefaultFundsEvery), 1e9}
+	for _, n := range w.nodes {
+		for c, times := range n.ledgerTx {
+			limit := int(window/every[c]) + 1
+			for i, j := 0, 0; j < len(times); j++ {
+				for times[j]-times[i] >= window {
+					i++
+				}
+				if j-i+1 > limit {
+					w.fail("%s: %d ledger transactions of cadence %d within ten simulated seconds ending at %d, at most %d",
+						n, j-i+1, c, times[j], limit)
+					return
+				}
+			}
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/tollgated/tollgated/control/plane"
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/credential"
+	"github.com/tollgated/tollgated/fleet"
 	"github.com/tollgated/tollgated/ring"
 	"github.com/tollgated/tollgated/shard"
 	"github.com/tollgated/tollgated/spool"
@@ -44,6 +45,14 @@ type node struct {
 	prov       *control.Provisioner
 	exporter   *control.Exporter
 	claims     *control.PostPaidClaims
+
+	// funds coalesces the fleet's funds announcements as the daemon's
+	// fleet.Funds does; refreshing: a read is scheduled.
+	funds      fleet.RefreshCadence
+	refreshing bool
+	// ledgerTx: when each of this node's ledger transactions of a cadence
+	// began, by cadence, for the bound on its ledger traffic.
+	ledgerTx [numCadences][]int64
 
 	dead       bool
 	nextExport int64
@@ -189,7 +198,7 @@ func (n *node) background() {
 	w := n.w
 	if n.dead || w.ledgerDown() {
 		if w.now >= n.nextExport {
-			n.nextExport = w.now + 100e6
+			n.nextExport = w.now + int64(control.SettleEvery)
 		}
 		if w.now >= n.nextMaint {
 			n.nextMaint = w.now + 1e9
@@ -197,10 +206,15 @@ func (n *node) background() {
 		return
 	}
 	if w.now >= n.nextExport {
-		n.nextExport = w.now + 100e6
-		before := n.sp.released
+		n.nextExport = w.now + int64(control.SettleEvery)
+		before, settled := n.sp.released, n.exporter.Stats().Settlements
 		if err := n.exporter.Export(context.Background()); err != nil {
 			w.fail("node %s: export: %v", n.id, err)
+		}
+		if n.exporter.Stats().Settlements > settled {
+			// One pass: the daemon's batch holds a pass's records, the
+			// simulator's small one splits them to test the batching.
+			n.ledgerTx[exportPass] = append(n.ledgerTx[exportPass], w.now)
 		}
 		n.stalled = n.sp.released == before
 	}
@@ -209,6 +223,7 @@ func (n *node) background() {
 		if _, err := n.prov.MaintainOnce(); err != nil {
 			w.fail("node %s: maintenance: %v", n.id, err)
 		}
+		n.ledgerTx[maintenancePass] = append(n.ledgerTx[maintenancePass], w.now)
 		w.fundsMoved(n, nil) // a forfeit or a rollover may have moved anyone's funding
 	}
 }

@@ -212,8 +212,9 @@ func (w *World) ledgerLatency() int64 {
 func (w *World) ledgerDown() bool { return w.now < w.outageUntil }
 
 // fundsMoved tells the other nodes that the funding of ids (nil: anyone's)
-// moved, as the ledger's funds announcements do: each reads their
-// evidence again.
+// moved, as the ledger's funds announcements do: each notes them on its
+// cadence (fleet.RefreshCadence, as the daemon's fleet.Funds) and reads
+// their evidence again when it lets it.
 func (w *World) fundsMoved(from *node, ids []core.AccountID) {
 	for _, n := range w.nodes {
 		if n == from || n.dead {
@@ -223,17 +224,49 @@ func (w *World) fundsMoved(from *node, ids []core.AccountID) {
 			if n.dead || w.ledgerDown() {
 				return // lost, as a notification to a listener not connected
 			}
-			var err error
-			if ids == nil {
-				err = n.prov.RefreshAllFunding(context.Background())
-			} else {
-				err = n.prov.RefreshFunding(context.Background(), ids)
-			}
-			if err != nil {
-				w.fail("%s: funding refresh: %v", n, err)
-			}
+			n.funds.Note(ids, ids == nil)
+			w.scheduleRefresh(n)
 		})
 	}
+}
+
+// scheduleRefresh schedules n's next read of funding evidence when its
+// cadence lets it start, unless one is scheduled already.
+func (w *World) scheduleRefresh(n *node) {
+	due, pending := n.funds.Due()
+	if n.refreshing || !pending {
+		return
+	}
+	n.refreshing = true
+	w.later(max(due-w.now, 0), n, func() {
+		n.refreshing = false
+		if n.dead {
+			return
+		}
+		ids, all, ok := n.funds.Take(w.now)
+		if !ok {
+			w.scheduleRefresh(n)
+			return
+		}
+		if w.ledgerDown() {
+			n.funds.Note(ids, all) // read when the ledger answers again
+			n.funds.Defer(w.outageUntil)
+			w.scheduleRefresh(n)
+			return
+		}
+		n.ledgerTx[fundingRead] = append(n.ledgerTx[fundingRead], w.now)
+		var err error
+		if all {
+			err = n.prov.RefreshAllFunding(context.Background())
+		} else {
+			err = n.prov.RefreshFunding(context.Background(), ids)
+		}
+		if err != nil {
+			w.fail("%s: funding refresh: %v", n, err)
+		}
+		n.funds.Done(w.now, w.now)
+		w.scheduleRefresh(n)
+	})
 }
 
 // announce carries a node's announcement to the other nodes, through the

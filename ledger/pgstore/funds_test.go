@@ -67,8 +67,17 @@ func TestFundsAreAnnouncedWhenWhatAnAccountCanSpendMoves(t *testing.T) {
 	}
 	marker(1)
 
+	// 30 units of a thousand: no other node decides differently on it
+	// (ledger.WorthAnnouncing).
 	st := ledger.Settlement{Node: "node-a", From: 0, To: 3, Events: 3,
 		Leases: []ledger.LeaseUsage{{Account: "agent", LeaseID: l.ID, Token: l.Token, Units: 30}}}
+	if _, err := s.Settle(ctx, st, t0+2); err != nil {
+		t.Fatal(err)
+	}
+	marker(2)
+	// 100 more: 870 left, a fall another node must hear of.
+	st = ledger.Settlement{Node: "node-a", From: 3, To: 6, Events: 3,
+		Leases: []ledger.LeaseUsage{{Account: "agent", LeaseID: l.ID, Token: l.Token, Units: 100}}}
 	if _, err := s.Settle(ctx, st, t0+2); err != nil {
 		t.Fatal(err)
 	}
@@ -76,19 +85,19 @@ func TestFundsAreAnnouncedWhenWhatAnAccountCanSpendMoves(t *testing.T) {
 	if _, err := s.Settle(ctx, st, t0+2); err != nil { // replayed: nothing moves
 		t.Fatal(err)
 	}
-	marker(2)
-
-	if err := s.Release(ctx, l.ID, l.Token, 120, t0+3); err != nil { // all it did not settle
-		t.Fatal(err)
-	}
 	marker(3)
 
-	if _, err := s.Ingest(ctx, []ledger.Usage{{ID: eventID(7), Account: "agent", Source: ledger.UsagePostPaid, Units: 5}}, t0+4); err != nil {
+	if err := s.Release(ctx, l.ID, l.Token, 20, t0+3); err != nil { // all it did not settle
+		t.Fatal(err)
+	}
+	marker(4)
+
+	if _, err := s.Ingest(ctx, []ledger.Usage{{ID: eventID(7), Account: "agent", Source: ledger.UsagePostPaid, Units: 100}}, t0+4); err != nil {
 		t.Fatal(err)
 	}
 	next("org")
 
-	l2, _, err := s.Acquire(ctx, "agent", "node-b", 10, 0, minute, t0+5)
+	l2, _, err := s.Acquire(ctx, "agent", "node-b", 100, 0, minute, t0+5)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -249,8 +249,9 @@ func (w *work) write(accts []AccountWrite, leases []LeaseWrite) error {
 	return nil
 }
 
-// fundsMoved returns the changed accounts whose ledger.Spendable moved,
-// leaving out those with a held ancestor among them.
+// fundsMoved returns the changed accounts whose ledger.Spendable moved in
+// a way the other nodes decide on (ledger.WorthAnnouncing), leaving out
+// those with a held ancestor among them.
 func (w *work) fundsMoved(accts []AccountWrite) ([]core.AccountID, error) {
 	moved := make(map[core.AccountID]bool)
 	for _, a := range accts {
@@ -262,7 +263,7 @@ func (w *work) fundsMoved(accts []AccountWrite) ([]core.AccountID, error) {
 		if err != nil {
 			return nil, err
 		}
-		if now != was {
+		if ledger.WorthAnnouncing(was, now) {
 			moved[a.Now.ID] = true
 		}
 	}
