@@ -24,7 +24,7 @@ func (d *Daemon) openGRPC(secret []byte) error {
 	d.grpc = srv
 	go func() {
 		if err := srv.Serve(); err != nil {
-			d.log.Error().Err(err).Msg("gRPC listener stopped")
+			d.log.Error().Err(err).Msg("gRPC listener failed")
 		}
 	}()
 	d.serving.Store(true)
@@ -45,6 +45,7 @@ func (d *Daemon) stopGRPC(deadline time.Time) {
 	if d.grpc != nil {
 		d.grpc.Stop(deadline)
 		d.grpc = nil
+		d.log.Info().Msg("gRPC listener stopped")
 	}
 }
 

@@ -15,10 +15,13 @@ import (
 // SERVING while the data plane serves and its usage spool takes records,
 // NOT_SERVING while it starts, drains, or cannot make usage durable. It is
 // read when asked, so nothing runs while nobody asks; a Watch looks again
-// every watchEvery and sends each change.
+// every watchEvery and sends each change. A Watch ends when the server
+// stops, after sending NOT_SERVING: a long-lived stream must not hold a
+// graceful stop until its deadline.
 type healthService struct {
 	healthpb.UnimplementedHealthServer
-	ready func() bool
+	ready    func() bool
+	draining <-chan struct{} // closed when the server stops: Watch streams end
 }
 
 const watchEvery = 250 * time.Millisecond
@@ -57,6 +60,11 @@ func (h healthService) Watch(req *healthpb.HealthCheckRequest, stream healthpb.H
 		select {
 		case <-stream.Context().Done():
 			return status.FromContextError(stream.Context().Err()).Err()
+		case <-h.draining:
+			if last != healthpb.HealthCheckResponse_NOT_SERVING {
+				return stream.Send(&healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_NOT_SERVING})
+			}
+			return nil
 		case <-t.C:
 		}
 	}

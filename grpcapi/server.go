@@ -54,9 +54,11 @@ type Server struct {
 	hand  *handover
 	grpc  *grpc.Server
 	ln    net.Listener
+	// draining closes when Stop begins: health Watch streams end.
+	draining chan struct{}
 }
 
-// Validate reports the first setting New cannot run with.
+// Validate reports the first setting Listen cannot run with.
 func (c *Config) Validate() error {
 	switch {
 	case c.Domain == "" || len(c.Domain) > 255 || !fitsHeader(c.Domain):
@@ -94,12 +96,13 @@ func Listen(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, rules: rateLimitRules{domain: cfg.Domain, accountEntry: cfg.AccountEntry},
-		keys: keys, hand: hand, ln: netutil.LimitListener(ln, cfg.MaxConns)}
+		keys: keys, hand: hand, ln: netutil.LimitListener(ln, cfg.MaxConns),
+		draining: make(chan struct{})}
 	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.MaxConcurrentStreams(cfg.MaxStreams),
 		grpc.MaxHeaderListSize(16<<10), grpc.ConnectionTimeout(5*time.Second))
 	rlsv3.RegisterRateLimitServiceServer(s.grpc, rateLimitService{s: s})
 	authv3.RegisterAuthorizationServer(s.grpc, authorizationService{s: s})
-	healthpb.RegisterHealthServer(s.grpc, healthService{ready: cfg.Ready})
+	healthpb.RegisterHealthServer(s.grpc, healthService{ready: cfg.Ready, draining: s.draining})
 	reflection.Register(s.grpc)
 	return s, nil
 }
@@ -125,6 +128,7 @@ func (s *Server) Serve() error { return s.grpc.Serve(s.ln) }
 // Stop stops accepting, lets calls in flight end until deadline (their
 // answers wait for the data plane, which still serves), then ends the rest.
 func (s *Server) Stop(deadline time.Time) {
+	close(s.draining)
 	done := make(chan struct{})
 	go func() { s.grpc.GracefulStop(); close(done) }()
 	select {

@@ -214,3 +214,19 @@ func headerValue[H interface {
 	}
 	return ""
 }
+
+// TestAddressesDefaultToLoopback: a listen address without a host is
+// loopback; a wildcard data plane is reached on loopback.
+func TestAddressesDefaultToLoopback(t *testing.T) {
+	if a, err := defaultLoopback(":8081"); err != nil || a != "127.0.0.1:8081" {
+		t.Fatalf(":8081 listens on %q %v", a, err)
+	}
+	if a, _ := defaultLoopback("0.0.0.0:8081"); a != "0.0.0.0:8081" {
+		t.Fatalf("an explicit host changed: %q", a)
+	}
+	for in, want := range map[string]string{"0.0.0.0:8080": "127.0.0.1:8080", "[::]:8080": "[::1]:8080", ":8080": "127.0.0.1:8080", "10.0.0.1:8080": "10.0.0.1:8080"} {
+		if got, err := loopbackOf(in); err != nil || got != want {
+			t.Errorf("%s reached at %q %v, want %s", in, got, err, want)
+		}
+	}
+}

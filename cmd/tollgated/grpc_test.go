@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -293,4 +294,47 @@ func problemCodeOf(body string) string {
 	var p struct{ Code string }
 	json.Unmarshal([]byte(body), &p)
 	return p.Code
+}
+
+// TestGRPCHealthTurnsNotServingFirstAtShutdown: on SIGTERM the gRPC
+// listener is the first thing to stop — a health watcher hears
+// NOT_SERVING while the process still runs (its data plane drains after),
+// and a watch does not hold the stop until --shutdown-grace.
+func TestGRPCHealthTurnsNotServingFirstAtShutdown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real process")
+	}
+	p := startProc(t, t.TempDir(), "--grpc-listen", "127.0.0.1:0", "--shutdown-grace", "20s")
+	watch, err := healthpb.NewHealthClient(grpcConn(t, p)).Watch(context.Background(), &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := watch.Recv(); err != nil || r.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("first status %v %v, want SERVING", r, err)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	r, err := watch.Recv()
+	if err != nil || r.Status != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("after SIGTERM: %v %v, want NOT_SERVING", r, err)
+	}
+	select {
+	case err := <-p.exited:
+		t.Fatalf("the process had exited (%v) before NOT_SERVING arrived", err)
+	default:
+	}
+	p.waitFor("gRPC listener stopped", 15*time.Second)
+	select {
+	case err := <-p.exited:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v", err)
+		}
+	case <-time.After(15 * time.Second): // well inside the 20 s grace a held watch would take
+		t.Fatal("no exit within 15 s of SIGTERM: the watch held the stop")
+	}
+	logs := p.all.String()
+	if g, u := strings.Index(logs, "gRPC listener stopped"), strings.Index(logs, "usage exported"); g < 0 || u < 0 || g > u {
+		t.Fatalf("the gRPC listener did not stop before the node drained:\n%s", logs)
+	}
 }
