@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"sync"
+	"time"
 
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/credential"
@@ -31,12 +32,21 @@ const maxRemembered = 1 << 16
 
 const accountKeyPrefix = "tgw_"
 
+// bindSettle is how long after binding a key a shard may still not have
+// applied it: a 401 within it is waited out, after it means no account.
+const bindSettle = time.Second
+
 type accountKeys struct {
 	secret []byte
 	bind   Binder
-	mu     sync.Mutex
+	mu     sync.Mutex // guards hasher (not safe for concurrent use) and bound
 	hasher *credential.Hasher
-	bound  map[string]string // account → its key, once bound
+	bound  map[string]boundKey // account → its key, once bound
+}
+
+type boundKey struct {
+	key string
+	at  time.Time // when it was bound
 }
 
 func newAccountKeys(secret []byte, bind Binder) (*accountKeys, error) {
@@ -44,32 +54,38 @@ func newAccountKeys(secret []byte, bind Binder) (*accountKeys, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &accountKeys{secret: secret, bind: bind, hasher: h, bound: make(map[string]string)}, nil
+	return &accountKeys{secret: secret, bind: bind, hasher: h, bound: make(map[string]boundKey)}, nil
 }
 
 // keyFor is account's key, bound on every shard; fresh says it was bound
-// by this call, so a shard may not have applied it yet.
+// within bindSettle, so a shard may not have applied it yet. The binding
+// goes through the control plane outside the lock: calls for accounts
+// already bound never wait behind it (two first calls for one account may
+// both bind it, which is harmless).
 func (k *accountKeys) keyFor(account string) (key string, fresh bool, err error) {
 	k.mu.Lock()
-	defer k.mu.Unlock()
-	if key, ok := k.bound[account]; ok {
-		return key, false, nil
+	if b, ok := k.bound[account]; ok {
+		k.mu.Unlock()
+		return b.key, time.Since(b.at) < bindSettle, nil
 	}
 	mac := hmac.New(sha256.New, k.secret)
 	mac.Write([]byte("tollgated grpc account key\x00"))
 	mac.Write([]byte(account))
 	key = accountKeyPrefix + hex.EncodeToString(mac.Sum(nil))
 	d, err := k.hasher.Digest([]byte(key))
+	k.mu.Unlock()
 	if err != nil {
 		return "", false, err
 	}
 	if err := k.bind.BindKey(d, core.AccountID(account)); err != nil {
 		return "", false, err
 	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	if len(k.bound) >= maxRemembered {
 		clear(k.bound)
 	}
-	k.bound[account] = key
+	k.bound[account] = boundKey{key, time.Now()}
 	return key, true, nil
 }
 
