@@ -22,6 +22,9 @@ func (d *Daemon) openGRPC(secret []byte) error {
 		return fmt.Errorf("opening the gRPC listener: %w", err)
 	}
 	d.grpc = srv
+	if !loopbackOnly(srv.Addr()) {
+		d.log.Warn().Str("grpc", srv.Addr()).Msg("the gRPC listener listens beyond loopback: whoever reaches it can bill any account a rate-limit descriptor names; bind it to 127.0.0.1 or allow only the gateways")
+	}
 	go func() {
 		if err := srv.Serve(); err != nil {
 			d.log.Error().Err(err).Msg("gRPC listener failed")
