@@ -19,10 +19,11 @@ import (
 // Billing through it is billing the account: the gRPC listener is trusted
 // the way a gateway is (see docs/API.md).
 
-// Binder binds a key's digest to an account on every shard
-// (control.Plane.BindKey).
+// Binder binds a key's digest to an account on every shard, only if the
+// shards hold the account (control.Plane.BindInstalledKey): an error
+// wrapping plane.ErrUnknownAccount otherwise.
 type Binder interface {
-	BindKey(d credential.Digest, id core.AccountID) error
+	BindInstalledKey(d credential.Digest, id core.AccountID) error
 }
 
 // maxRemembered bounds the accounts whose key is remembered as bound; past
@@ -77,7 +78,7 @@ func (k *accountKeys) keyFor(account string) (key string, fresh bool, err error)
 	if err != nil {
 		return "", false, err
 	}
-	if err := k.bind.BindKey(d, core.AccountID(account)); err != nil {
+	if err := k.bind.BindInstalledKey(d, core.AccountID(account)); err != nil {
 		return "", false, err
 	}
 	k.mu.Lock()
@@ -90,7 +91,7 @@ func (k *accountKeys) keyFor(account string) (key string, fresh bool, err error)
 }
 
 // forget drops account's key from memory: the data plane did not know it
-// (no such account yet), so the next call binds it again.
+// (the account is gone), so the next call binds it again if it exists.
 func (k *accountKeys) forget(account string) {
 	k.mu.Lock()
 	delete(k.bound, account)

@@ -18,6 +18,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
+
+	"github.com/tollgated/tollgated/control/plane"
 )
 
 // Config is what a Server is made with.
@@ -163,7 +165,10 @@ const (
 // key.
 func (s *Server) decideForAccount(ctx context.Context, call *forwardCall) (*rlsv3.RateLimitResponse_DescriptorStatus, []*corev3.HeaderValue, error) {
 	key, fresh, err := s.keys.keyFor(call.account)
-	if err != nil {
+	switch {
+	case errors.Is(err, plane.ErrUnknownAccount):
+		return unknownAccount()
+	case err != nil:
 		return nil, nil, status.Errorf(codes.Unavailable, "tollgated: the account's key could not be published to the shards: %v", err)
 	}
 	keyValue := key
@@ -182,10 +187,10 @@ func (s *Server) decideForAccount(ctx context.Context, call *forwardCall) (*rlsv
 			break
 		}
 		if !fresh || try == boundTries {
-			// No shard knows the account: unknown (or not yet
-			// created). Forget the key so its creation is noticed.
+			// The shards do not know the key any more (the account
+			// is gone): forget it, so the next call asks the plane.
 			s.keys.forget(call.account)
-			return unknownAccount(), []*corev3.HeaderValue{{Key: hdrReason, Value: "unknown-account"}}, nil
+			return unknownAccount()
 		}
 		time.Sleep(boundWait)
 	}
@@ -197,6 +202,7 @@ func isAuthorization(name string) bool { return strings.EqualFold(name, hdrAutho
 // unknownAccount is the status of a descriptor naming an account no shard
 // knows: over the limit, so a gateway that fails open on errors still
 // refuses work nobody can be billed for.
-func unknownAccount() *rlsv3.RateLimitResponse_DescriptorStatus {
-	return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT}
+func unknownAccount() (*rlsv3.RateLimitResponse_DescriptorStatus, []*corev3.HeaderValue, error) {
+	return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT},
+		[]*corev3.HeaderValue{{Key: hdrReason, Value: "unknown-account"}}, nil
 }
