@@ -459,6 +459,12 @@ func (p *Plane) BindKey(d credential.Digest, id core.AccountID) error {
 	return p.provision(func(m *plane.Machine, _ int64) error { return m.Bind(d, id) })
 }
 
+// BindInstalledKey binds a key only to an account the shards hold
+// (plane.Machine.BindInstalled); plane.ErrUnknownAccount otherwise.
+func (p *Plane) BindInstalledKey(d credential.Digest, id core.AccountID) error {
+	return p.provision(func(m *plane.Machine, _ int64) error { return m.BindInstalled(d, id) })
+}
+
 // RevokeKey stops the key with digest d on every shard.
 func (p *Plane) RevokeKey(d credential.Digest) error {
 	return p.provision(func(m *plane.Machine, _ int64) error { return m.Unbind(d) })

@@ -349,3 +349,24 @@ func TestPlaneSaysWhileASyncHoldsUsage(t *testing.T) {
 	nd.plane.Kick() // as the daemon's OnDurable does
 	await.True(t, "no sync in flight once it ended", func() bool { return !nd.syncing.Load() })
 }
+
+// TestAKeyForAnUnknownAccountIsNeverSent: BindInstalledKey refuses an
+// account the plane never installed, sending nothing (a shard would find
+// it a broken invariant), and binds one it did.
+func TestAKeyForAnUnknownAccountIsNeverSent(t *testing.T) {
+	nd := newNode(t, 2, LeaseConfig{TTL: time.Minute, MinLease: 1000})
+	nd.open("acme", "key-acme", 1_000_000, "")
+	nd.waitStatus(0, "key-acme", 200, await.Default)
+	h, _ := newTestHasher()
+	d, _ := h.Digest([]byte("key-ghost"))
+	if err := nd.plane.BindInstalledKey(d, "ghost"); !errors.Is(err, plane.ErrUnknownAccount) {
+		t.Fatalf("a key for an unknown account: %v, want ErrUnknownAccount", err)
+	}
+	d, _ = h.Digest([]byte("key-acme-2"))
+	if err := nd.plane.BindInstalledKey(d, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range nd.shards {
+		nd.waitStatus(i, "key-acme-2", 200, await.Default)
+	}
+}

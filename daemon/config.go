@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tollgated/tollgated/admin"
+	"github.com/tollgated/tollgated/grpcapi"
 	"github.com/tollgated/tollgated/route"
 )
 
@@ -55,8 +56,11 @@ type Config struct {
 	// AuthzKeyHeader is the header /v1/authz reads the customer's key
 	// from (shard.Config.AuthzKeyHeader).
 	AuthzKeyHeader string
-	Transport      Transport
-	Build          Build // reported as tollgated_build_info
+	// GRPC is the Envoy-facing gRPC listener (rate-limit service and
+	// ext_authz); off while its Listen is "".
+	GRPC      GRPC
+	Transport Transport
+	Build     Build // reported as tollgated_build_info
 }
 
 // EventArchive sizes the billed-event stream (GET /v1/events): released
@@ -67,6 +71,28 @@ type EventArchive struct {
 	MaxBytes     int64
 	MaxAge       time.Duration
 	SegmentBytes int64
+}
+
+// GRPC configures the gRPC listener (grpcapi): its address (loopback when
+// no host is given), the rate-limit domain and the descriptor entry naming
+// the account, and its bounds: loopback connections handing decisions to
+// the data plane, gRPC connections, and calls per connection.
+type GRPC struct {
+	Listen, Domain, AccountEntry string
+	MaxHandOver, MaxConns        int
+	MaxStreams                   uint32
+}
+
+// Enabled reports whether the gRPC listener runs.
+func (g GRPC) Enabled() bool { return g.Listen != "" }
+
+func (g GRPC) validate() error {
+	if !g.Enabled() {
+		return nil
+	}
+	c := grpcapi.Config{Domain: g.Domain, AccountEntry: g.AccountEntry, MaxHandOver: g.MaxHandOver,
+		MaxConns: g.MaxConns, MaxStreams: g.MaxStreams, Ready: func() bool { return false }}
+	return c.Validate()
 }
 
 // Transport is each shard's bounds on its clients (httploop.Config).
@@ -114,6 +140,9 @@ func (c *Config) Validate() error {
 	}
 	if !route.ValidHeaderName(c.AuthzKeyHeader) {
 		return fmt.Errorf("daemon: authz key header %q is not a header name", c.AuthzKeyHeader)
+	}
+	if err := c.GRPC.validate(); err != nil {
+		return err
 	}
 	if err := c.Events.validate(); err != nil {
 		return err

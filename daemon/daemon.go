@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,6 +25,7 @@ import (
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/credential"
 	"github.com/tollgated/tollgated/fleet"
+	"github.com/tollgated/tollgated/grpcapi"
 	"github.com/tollgated/tollgated/httploop"
 	"github.com/tollgated/tollgated/ledger"
 	"github.com/tollgated/tollgated/ledger/pgstore"
@@ -39,7 +41,8 @@ import (
 // Open builds it in dependency order: the ports, the data directory, the
 // ledger, the spool, the node's identity, recovery, the plane and shards,
 // the provisioner, the background work (exporter, maintenance, fleet
-// followers), the admin API, and last the data plane's listeners. Close
+// followers), the admin API, the data plane's listeners, and last the gRPC
+// listener, which hands its decisions to the data plane. Close
 // undoes it in the safe order (see Close); an Open that fails undoes what
 // it did in reverse (close).
 type Daemon struct {
@@ -83,6 +86,8 @@ type Daemon struct {
 	// (reportSpoolRecovery): the metric says what the WARN said.
 	droppedRecords uint64
 	adminAddr      string
+	grpc           *grpcapi.Server // nil when off or not yet open
+	serving        atomic.Bool     // the data plane serves and is not draining
 }
 
 // Open brings tollgated up in dependency order, and serves once the
@@ -148,12 +153,18 @@ func Open(cfg Config, log zerolog.Logger, out io.Writer) (_ *Daemon, err error) 
 	if err := d.openDataPlane(); err != nil { // clients are refused until now
 		return nil, err
 	}
+	if err := d.openGRPC(secret); err != nil { // it hands decisions to the data plane
+		return nil, err
+	}
 	d.adminAPI.KeepHistory() // its collectors read the shards, which serve now
 	if !cfg.Durable {
 		log.Warn().Str("ack", "immediate").Msg("answers are sent before their usage is on disk: a crash can lose the last few milliseconds of billed usage")
 	}
-	log.Info().Int("shards", len(cfg.CPUs)).Str("listen", d.node.Addr()).Str("admin", d.adminAddr).
-		Int("accounts", accounts).Int("keys", keys).Str("data_dir", cfg.DataDir).Msg("tollgated ready")
+	ready := log.Info().Int("shards", len(cfg.CPUs)).Str("listen", d.node.Addr()).Str("admin", d.adminAddr)
+	if d.grpc != nil {
+		ready = ready.Str("grpc", d.GRPCAddr())
+	}
+	ready.Int("accounts", accounts).Int("keys", keys).Str("data_dir", cfg.DataDir).Msg("tollgated ready")
 	return d, nil
 }
 
@@ -454,13 +465,15 @@ func (d *Daemon) drainUsage(deadline time.Time) {
 }
 
 // Close stops in the safe order, a documented contract (docs/DESIGN.md):
-// the admin API, so no operator change races the drain; then the node,
+// the gRPC listener (its calls in flight end while the data plane still
+// serves them), the admin API, so no operator change races the drain; then the node,
 // which drains requests, ends every reservation, drains usage (durable and
 // billed) and releases its leases; then the background work (exporter,
 // maintenance, fleet followers); and then close: the spool, the ledger,
 // the claim on the node id, and last the ports. Call it once, after Open
 // succeeded, and not after Failed delivered.
 func (d *Daemon) Close() {
+	d.stopGRPC(time.Now().Add(d.cfg.ShutdownGrace))
 	d.adminAPI.StopHistory() // it reads the node, which stops below
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	d.admin.Shutdown(ctx)
@@ -478,6 +491,7 @@ func (d *Daemon) Close() {
 // close releases what is open, in the reverse of Open's order; what Open
 // never reached is nil and skipped.
 func (d *Daemon) close() {
+	d.stopGRPC(time.Now())
 	if d.adminAPI != nil {
 		d.adminAPI.StopHistory()
 	}

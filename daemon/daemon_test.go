@@ -39,6 +39,10 @@ func TestValidateNamesWhatIsWrong(t *testing.T) {
 	if err := good.Validate(); err != nil {
 		t.Fatalf("a sound configuration refused: %v", err)
 	}
+	good.GRPC = GRPC{Listen: ":8081", Domain: "tollgated", AccountEntry: "account", MaxHandOver: 64, MaxConns: 1024, MaxStreams: 256}
+	if err := good.Validate(); err != nil {
+		t.Fatalf("a sound gRPC listener refused: %v", err)
+	}
 	for name, change := range map[string]func(*Config){
 		"address":          func(c *Config) { c.Admin = "" },
 		"data directory":   func(c *Config) { c.DataDir = "" },
@@ -50,6 +54,15 @@ func TestValidateNamesWhatIsWrong(t *testing.T) {
 		"authz key header": func(c *Config) { c.AuthzKeyHeader = "a b" },
 		"segment":          func(c *Config) { c.Events.SegmentBytes = 1 },
 		"transport":        func(c *Config) { c.Transport.MaxConns = 0 },
+		"rate-limit domain": func(c *Config) {
+			c.GRPC = GRPC{Listen: ":8081", AccountEntry: "account", MaxHandOver: 1, MaxConns: 1, MaxStreams: 1}
+		},
+		"descriptor entry": func(c *Config) {
+			c.GRPC = GRPC{Listen: ":8081", Domain: "tollgated", AccountEntry: "path", MaxHandOver: 1, MaxConns: 1, MaxStreams: 1}
+		},
+		"hand-over": func(c *Config) {
+			c.GRPC = GRPC{Listen: ":8081", Domain: "tollgated", AccountEntry: "account", MaxConns: 1, MaxStreams: 1}
+		},
 	} {
 		c := testConfig("/d")
 		change(&c)

@@ -149,7 +149,7 @@ its role's (tollgatectl whoami).`,
 	f.DurationVar(&a.timeout, "timeout", 30*time.Second, "time allowed for each API call")
 	root.AddCommand(a.accountsCommand(), a.budgetsCommand(), a.depositsCommand(), a.keysCommand(),
 		a.platformTokensCommand(), a.adminTokensCommand(), a.whoamiCommand(), a.usageCommand(), a.leasesCommand(),
-		a.auditCommand(), a.eventsCommand(), a.topCommand(), a.healthCommand(), a.versionCommand())
+		a.auditCommand(), a.eventsCommand(), a.topCommand(), a.importCommand(), a.healthCommand(), a.versionCommand())
 	root.SetVersionTemplate("tollgatectl {{.Version}}\n")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	return root

@@ -28,3 +28,29 @@ func TestAuthzKeyHeaderIsTheDaemons(t *testing.T) {
 		}
 	}
 }
+
+// TestGRPCListenerIsOffUnlessAsked: without --grpc-listen the daemon
+// opens no gRPC listener; with it, the flags reach daemon.Config.
+func TestGRPCListenerIsOffUnlessAsked(t *testing.T) {
+	c, err := parseConfig(nil, noEnv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := c.grpc.daemon(); g.Enabled() {
+		t.Fatalf("gRPC on by default: %+v", g)
+	}
+	c, err = parseConfig([]string{"--grpc-listen", ":8081", "--grpc-domain", "edge", "--grpc-account-entry", "tenant", "--grpc-hand-over", "8"}, noEnv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc, err := c.daemonConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := dc.GRPC; !g.Enabled() || g.Listen != ":8081" || g.Domain != "edge" || g.AccountEntry != "tenant" || g.MaxHandOver != 8 {
+		t.Fatalf("daemon gRPC config %+v", g)
+	}
+	if err := dc.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -50,6 +50,7 @@ type config struct {
 	usageHistory  int
 	events        eventArchive
 	authz         authzConfig
+	grpc          grpcConfig
 	ack           string
 	cpuProfile    string
 	loop          loopLimits
@@ -95,6 +96,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.IntVar(&c.usageHistory, "usage-history", 1000, "usage events kept per account for GET /v1/accounts/{id}/usage")
 	c.events.register(fs)
 	c.authz.register(fs)
+	c.grpc.register(fs)
 	fs.StringVar(&c.dataDir, "data-dir", "./tollgated-data", "directory for the ledger, the usage spool and the server secret")
 	fs.StringVar(&c.ledgerURL, "ledger", "", "where the ledger lives: empty for the embedded file in --data-dir, or a PostgreSQL URL (postgres://user@host/db) shared by a fleet")
 	fs.StringVar(&c.ledgerURLFile, "ledger-file", "", "a file holding the --ledger URL, so its password stays out of the process list and the environment")
@@ -358,6 +360,7 @@ func (c *config) daemonConfig() (daemon.Config, error) {
 		EventRetention: c.retention, GroupCommit: c.groupCommit,
 		Events:         daemon.EventArchive{MaxBytes: c.events.maxBytes, MaxAge: c.events.maxAge, SegmentBytes: c.events.segmentBytes},
 		AuthzKeyHeader: c.authz.keyHeader,
+		GRPC:           c.grpc.daemon(),
 		Transport: daemon.Transport{MaxHeaderBytes: l.maxHeaderBytes, MaxBodyBytes: l.maxBodyBytes, MaxConns: l.maxConns,
 			MaxOutput: l.maxOutput, IdleTimeout: l.idle, HeaderTimeout: l.header, BodyTimeout: l.body},
 		Build: build(),

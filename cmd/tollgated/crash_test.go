@@ -164,13 +164,21 @@ func TestKill9LosesNoAcknowledgedUsage(t *testing.T) {
 	// no need to wait for them.
 	p = startProc(t, dir, flags...)
 	p.stop()
+	billedExactlyOnce(t, dir, "crash", a)
+}
 
+// billedExactlyOnce checks a stopped daemon's ledger after a kill -9 and
+// a restart: it conserves units, every usage event a's client saw
+// acknowledged is billed once at its units, the account's settled total
+// is its usage, within its deposits, and no lease is left active.
+func billedExactlyOnce(t *testing.T, dir string, account core.AccountID, a *acked) {
+	t.Helper()
 	s := openLedger(t, dir)
 	ctxb := context.Background()
 	if err := s.Check(ctxb); err != nil {
 		t.Fatalf("ledger not conserved: %v", err)
 	}
-	usage := usageByID(t, s, "crash")
+	usage := usageByID(t, s, account)
 	for id, units := range a.units {
 		u, ok := usage[id]
 		if !ok {
@@ -180,7 +188,7 @@ func TestKill9LosesNoAcknowledgedUsage(t *testing.T) {
 			t.Fatalf("usage %s billed %d, acknowledged %d", id, u.Units, units)
 		}
 	}
-	acct, err := s.Account(ctxb, "crash")
+	acct, err := s.Account(ctxb, account)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,6 +56,9 @@ type Config struct {
 // retry once the shell has delivered what is queued.
 var ErrBusy = errors.New("plane: a shard's queue is full")
 
+// ErrUnknownAccount refuses a key for an account the shards do not hold.
+var ErrUnknownAccount = errors.New("plane: no such account is installed")
+
 // EffectKind says what an Effect asks of the shell.
 type EffectKind uint8
 
@@ -586,6 +589,18 @@ func (m *Machine) Install(snap *core.Snapshot, now int64) error {
 // Bind lets the key with digest d act for account on every shard.
 func (m *Machine) Bind(d credential.Digest, id core.AccountID) error {
 	return m.provision(message.Inbound{Kind: message.InBind, Principal: d.Principal(), Digest: d, Account: id})
+}
+
+// BindInstalled is Bind for a caller that does not know the account
+// exists: the key is sent only when the account was installed, so in every
+// shard's ring it follows the account's install (a key for an account a
+// shard does not hold is a broken invariant there). Otherwise
+// ErrUnknownAccount, and nothing is sent.
+func (m *Machine) BindInstalled(d credential.Digest, id core.AccountID) error {
+	if m.accounts[id] == nil {
+		return ErrUnknownAccount
+	}
+	return m.Bind(d, id)
 }
 
 // Unbind stops the key with digest d on every shard.
