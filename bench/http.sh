@@ -31,9 +31,11 @@
 # Last, unless OPEN_LOOP=0, open-loop runs of cmd/loadtest (HdrHistogram,
 # latency from each request's due time) at half the median throughput of
 # check256: the baseline while bench/syncprobe measures the fdatasync
-# latency of the disk under the data directory (the server's CPU, the load
-# generator busy on the other, as in tollgated's runs), tollgated with its
-# data directory on that disk, and tollgated with it on tmpfs (/dev/shm).
+# latency of the disk under the data directory (a sync about every
+# millisecond, near the spool's own rate at that load, on the server's CPU,
+# with the load generator busy on the other as in tollgated's runs),
+# tollgated with its data directory on that disk, and tollgated with it on
+# tmpfs (/dev/shm).
 # Defaults take about 5 minutes, and the script refuses settings that
 # could pass 6.
 #
@@ -373,7 +375,7 @@ if (( OPEN_LOOP )); then
 		echo "open loop at ${rate} req/s (half of the median closed-loop $peak_of throughput, $peak req/s), POST /v1/check, ${ROUND_SECS}s, cmd/loadtest:"
 		# The disk's own fdatasync latency, measured on the server's CPU
 		# while the baseline takes the same open-loop load.
-		"${server_pin[@]}" "$work/syncprobe" --dir "$work" --duration "$(( WARMUP_SECS + ROUND_SECS ))s" >"$work/syncprobe.out" 2>&1 &
+		"${server_pin[@]}" "$work/syncprobe" --dir "$work" --gap 1ms --duration "$(( WARMUP_SECS + ROUND_SECS ))s" >"$work/syncprobe.out" 2>&1 &
 		probe=$!
 		for n in baseline disk tmpfs; do
 			case "$n" in

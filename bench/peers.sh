@@ -167,6 +167,11 @@ for p in "${peers[@]}"; do
 			--daemonize no --logfile "$work/redis.log" --dir "$work" &
 		pids+=($!)
 		redis_pid=$!
+		# ratelimit panics if Redis does not answer when it starts.
+		for (( i = 0; i < 100; i++ )); do
+			[[ "$(redis-cli -h 127.0.0.1 -p 18185 ping 2>/dev/null)" == PONG ]] && break
+			sleep 0.1
+		done
 		mkdir -p "$work/runtime/ratelimit/config"
 		cat >"$work/runtime/ratelimit/config/bench.yaml" <<-'YAML'
 			domain: bench
