@@ -87,6 +87,13 @@ type Config struct {
 	// requests reaches the spool when the burst ends). It costs the loop a
 	// second, non-blocking epoll_wait per sleep.
 	BeforeBlock func()
+
+	// WritePerAnswer makes the loop write each connection's output with
+	// its own write(2) as soon as it is answered, instead of gathering the
+	// answers of an iteration and sending them with one io_uring_enter(2)
+	// at its end. The loop falls back to it by itself where io_uring
+	// cannot be set up (an old kernel, a seccomp filter).
+	WritePerAnswer bool
 }
 
 // lingerTimeout bounds how long a connection being closed after an answer
