@@ -88,12 +88,14 @@ type Config struct {
 	// second, non-blocking epoll_wait per sleep.
 	BeforeBlock func()
 
-	// WritePerAnswer makes the loop write each connection's output with
-	// its own write(2) as soon as it is answered, instead of gathering the
-	// answers of an iteration and sending them with one io_uring_enter(2)
-	// at its end. The loop falls back to it by itself where io_uring
-	// cannot be set up (an old kernel, a seccomp filter).
-	WritePerAnswer bool
+	// BatchSends makes the loop gather the answers of an iteration and
+	// send them with one io_uring_enter(2) at its end, instead of writing
+	// each connection's output with its own write(2) as soon as it is
+	// answered. Off by default: it cuts the system calls per answer, but
+	// side by side on this project's benchmark machine it has not yet
+	// shown less CPU per request (BENCHMARKS.md). Where io_uring cannot be
+	// set up (an old kernel, a seccomp filter) the loop writes as without it.
+	BatchSends bool
 }
 
 // lingerTimeout bounds how long a connection being closed after an answer

@@ -58,9 +58,9 @@ type Loop struct {
 	ready  []ref // connections to pump in this iteration
 	spare  []ref
 
-	// Answers sent together at the end of an iteration (sendRing); ring is
-	// nil where io_uring is off or failed, and each answer is then written
-	// as soon as it is made.
+	// Answers sent together at the end of an iteration (sendRing,
+	// Config.BatchSends); ring is nil where that is off or io_uring failed,
+	// and each answer is then written as soon as it is made.
 	ring      *sendRing
 	sendq     []ref
 	sendSpare []ref
@@ -142,7 +142,7 @@ func New(ln *Listener, h Handler, cfg Config) (*Loop, error) {
 	}
 	l.bw = bufio.NewWriterSize(&l.ow, 4<<10)
 	l.cnt.init()
-	if !cfg.WritePerAnswer {
+	if cfg.BatchSends {
 		if r, err := newSendRing(eventBatch); err == nil {
 			l.ring = r
 			l.sendBatch = make([]*conn, 0, r.entries)

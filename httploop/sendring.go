@@ -18,7 +18,7 @@ import (
 // socket fails at once (the loop then writes the rest itself, as before)
 // instead of the kernel holding the send, and every send has completed
 // when the enter returns, so no buffer is in the kernel's hands after it.
-// Loop thread only.
+// Config.BatchSends turns it on. Loop thread only.
 type sendRing struct {
 	fd      int
 	entries uint32

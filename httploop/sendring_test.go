@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net"
 	"testing"
+
+	"github.com/tollgated/tollgated/internal/await"
 )
 
 // askBeforeRun opens n connections to a loop that is not yet running and
@@ -38,25 +40,27 @@ func readAnswers(t *testing.T, conns []net.Conn, readers []*bufio.Reader) {
 // requests of 32 connections, all waiting when the loop starts, are served
 // in the iteration that first sees them, and sent together.
 func TestAnswersOfAnIterationLeaveInOneSubmission(t *testing.T) {
-	s := prepare(t, testHandler, Config{})
+	s := prepare(t, testHandler, Config{BatchSends: true})
 	if s.ring == nil {
 		t.Skip("io_uring is not available here: the loop writes each answer itself")
 	}
 	conns, readers := askBeforeRun(t, s, 32)
 	s.run()
 	readAnswers(t, conns, readers)
+	// Counters are published when the iteration ends, after its sends.
+	await.True(t, "32 batched sends counted", func() bool { return s.Stats().BatchedSends >= 32 })
 	st := s.Stats()
 	if st.BatchedSends != 32 || st.SendBatches != 1 {
 		t.Fatalf("32 answers went out in %d submissions of %d sends, want 1 of 32", st.SendBatches, st.BatchedSends)
 	}
 }
 
-// WritePerAnswer writes every answer with its own write(2): the same load
+// By default every answer is written with its own write(2): the same load
 // is served, and nothing goes through a ring.
-func TestWritePerAnswerSendsNoBatch(t *testing.T) {
-	s := prepare(t, testHandler, Config{WritePerAnswer: true})
+func TestWithoutBatchSendsNoRingIsUsed(t *testing.T) {
+	s := prepare(t, testHandler, Config{})
 	if s.ring != nil {
-		t.Fatal("a ring was set up with WritePerAnswer")
+		t.Fatal("a ring was set up without BatchSends")
 	}
 	conns, readers := askBeforeRun(t, s, 32)
 	s.run()
@@ -70,7 +74,8 @@ func TestWritePerAnswerSendsNoBatch(t *testing.T) {
 			t.Fatalf("pipelined answer: %d, %d bytes, want %d", resp.StatusCode, len(body), len(want))
 		}
 	}
+	await.True(t, "the answers counted", func() bool { return s.Stats().Requests == 35 })
 	if st := s.Stats(); st.SendBatches != 0 || st.BatchedSends != 0 {
-		t.Fatalf("%d submissions of %d sends with WritePerAnswer", st.SendBatches, st.BatchedSends)
+		t.Fatalf("%d submissions of %d sends without BatchSends", st.SendBatches, st.BatchedSends)
 	}
 }
