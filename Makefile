@@ -6,7 +6,7 @@ BIN     := bin
 # panics where it broke instead of being counted (package invariant).
 TAGS    ?= invariants
 
-.PHONY: all build run test test-short vet fmt-check fuzz sim soak bench bench-plane bench-http bench-fleet clean
+.PHONY: all build run test test-short vet fmt-check fuzz sim soak bench bench-plane bench-http bench-peers bench-fleet clean
 
 all: build
 
@@ -84,14 +84,28 @@ bench-plane:
 	$(GO) test -run '^$$' -bench 'PlaneBurst|PlaneShards' -benchtime $(PLANE_N)x ./control/
 
 # bench-http: tollgated vs a bare fasthttp server (bench/baseline), in
-# alternating >= 3 rounds of identical closed-loop load from cmd/loadtest
-# (POST /v1/check, GET /v1/admission, staged; SCENARIOS=... to choose),
-# servers and load generator pinned to separate CPUs: throughput, p99 and
-# the servers' CPU per request; <= 6 minutes, loopback only. tollgated
-# serves a demo account for it.
+# alternating rounds of identical closed-loop load from wrk (bench/wrk.lua;
+# installed by scripts/install-bench-tools.sh when missing): durable
+# POST /v1/check at 64 and at 256 connections, GET /v1/admission, and the
+# staged admit + commit + finish from cmd/loadtest; servers and load
+# generator pinned to separate CPUs, the servers' CPU per request from
+# /proc/PID/stat, medians and ratios. Then open-loop runs of cmd/loadtest
+# at half the durable check's peak: the data directory on disk and on
+# tmpfs, beside an fdatasync probe of the same disk. About 5 minutes
+# (bench/http.sh refuses settings over 6), loopback only. tollgated serves
+# a demo account for it.
 BENCH_KEY ?= bench-demo-key
 bench-http:
 	BENCH_KEY=$(BENCH_KEY) BENCH_TOLLGATED_ARGS="--demo-key $(BENCH_KEY) $(BENCH_TOLLGATED_ARGS)" bash bench/http.sh
+
+# bench-peers: tollgated's durable check beside gubernator and
+# envoyproxy/ratelimit + Redis (built from the Go module proxy at pinned
+# versions; Redis and wrk from Debian) and the bare server, under the same
+# wrk harness: req/s, server CPU per request, and tollgated's durable
+# checks per CPU-second against each peer's (bench/peers.sh). About 3
+# minutes once the peers are built.
+bench-peers:
+	bash bench/peers.sh
 
 # bench-fleet: what a fleet costs its PostgreSQL (ledger transactions per
 # node a second and per 1,000 durable checks, where they come from, and

@@ -42,6 +42,8 @@ type conn struct {
 	closeAfter bool // close once the output is written
 	lingering  bool // our side is shut; waiting for the peer's FIN
 	queued     bool // in the ready list
+	sendQueued bool // in the send list: its output goes out with the iteration's batch
+	full       bool // a write found the socket full; until EPOLLOUT, output is written, not batched
 	continued  bool // 100 Continue sent for the current request
 	closeWhy   CloseReason
 }
@@ -70,8 +72,12 @@ func (l *Loop) pump(c *conn) {
 		if !c.open {
 			return
 		}
-		if c.pending() > 0 && !l.flush(c) {
-			return
+		if c.pending() > 0 {
+			if l.ring != nil && !c.full {
+				l.queueSend(c)
+			} else if !l.flush(c) {
+				return
+			}
 		}
 		if c.waiting || c.closeAfter || c.pending() > l.cfg.MaxOutput {
 			break // EPOLLOUT or Complete resumes it
@@ -180,6 +186,7 @@ func (l *Loop) flush(c *conn) bool {
 		switch err {
 		case unix.EAGAIN:
 			// The edge for writability comes when the peer reads.
+			c.full = true
 			// Reclaim what is written once it is the larger part, so
 			// a connection that never fully drains does not grow.
 			if c.w > cap(c.out)/2 {
@@ -198,7 +205,90 @@ func (l *Loop) flush(c *conn) bool {
 	}
 	l.bufs.put(c.out)
 	c.out, c.w = nil, 0
+	c.full = false
 	return true
+}
+
+// queueSend puts c's output in the iteration's send batch (sendQueued).
+func (l *Loop) queueSend(c *conn) {
+	if !c.sendQueued {
+		c.sendQueued = true
+		l.sendq = append(l.sendq, ref{c.slot, c.gen})
+	}
+}
+
+// sendQueued sends the output of every connection in the send list, in
+// submissions of at most the ring's size, and then pumps each of them on:
+// what a send left (a full socket, an error) is written as without a
+// ring, and a connection resumed by its answer reads and serves again.
+// Connections queued while the list runs are sent in the next iteration,
+// which then does not sleep.
+func (l *Loop) sendQueued() {
+	list := l.sendq
+	l.sendq = l.sendSpare[:0]
+	for start := 0; start < len(list) && l.ring != nil; {
+		batch := l.sendBatch[:0]
+		for ; start < len(list) && len(batch) < int(l.ring.entries); start++ {
+			r := list[start]
+			c := l.conns[r.slot]
+			if !c.open || c.gen != r.gen || !c.sendQueued {
+				continue
+			}
+			c.sendQueued = false
+			if c.pending() > 0 {
+				batch = append(batch, c)
+			}
+		}
+		if len(batch) > 0 {
+			l.submitSends(batch)
+		}
+	}
+	// Without a ring (it failed above), what is left is written directly.
+	for _, r := range list {
+		if c := l.conns[r.slot]; c.open && c.gen == r.gen && c.sendQueued {
+			c.sendQueued = false
+			l.pump(c)
+		}
+	}
+	l.sendSpare = list[:0]
+}
+
+// submitSends sends batch through the ring and carries on with each
+// connection. If the ring fails, which of the batch's bytes reached their
+// sockets is unknown: those connections are closed (a client sees a
+// dropped connection, never a repeated or torn answer) and the loop writes
+// every answer itself from then on.
+func (l *Loop) submitSends(batch []*conn) {
+	res := l.sendRes[:len(batch)]
+	if err := l.ring.send(batch, res); err != nil {
+		l.ring.close()
+		l.ring = nil
+		for _, c := range batch {
+			if c.open {
+				l.close(c, CloseError)
+			}
+		}
+		return
+	}
+	l.cnt.v[statSendBatches]++
+	l.cnt.v[statBatchedSends] += uint64(len(batch))
+	for i, c := range batch {
+		if !c.open {
+			continue
+		}
+		if n := res[i]; n > 0 {
+			c.w += int(n)
+			c.writeSince = l.now
+			l.cnt.v[statBytesOut] += uint64(n)
+			l.cnt.v[statOutput] -= uint64(n)
+		}
+		// flush finishes what the send did not (or only releases the
+		// buffer), meeting a full socket or an error as it always does.
+		if !l.flush(c) {
+			continue
+		}
+		l.pump(c)
+	}
 }
 
 // appendOut queues raw bytes for c (an interim 100 Continue).

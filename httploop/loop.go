@@ -57,7 +57,16 @@ type Loop struct {
 	nextID uint64
 	ready  []ref // connections to pump in this iteration
 	spare  []ref
-	bufs   bufPool
+
+	// Answers sent together at the end of an iteration (sendRing,
+	// Config.BatchSends); ring is nil where that is off or io_uring failed,
+	// and each answer is then written as soon as it is made.
+	ring      *sendRing
+	sendq     []ref
+	sendSpare []ref
+	sendBatch []*conn
+	sendRes   []int32
+	bufs      bufPool
 
 	// scratch receives input that is thrown away (while lingering).
 	scratch []byte
@@ -133,6 +142,13 @@ func New(ln *Listener, h Handler, cfg Config) (*Loop, error) {
 	}
 	l.bw = bufio.NewWriterSize(&l.ow, 4<<10)
 	l.cnt.init()
+	if cfg.BatchSends {
+		if r, err := newSendRing(eventBatch); err == nil {
+			l.ring = r
+			l.sendBatch = make([]*conn, 0, r.entries)
+			l.sendRes = make([]int32, r.entries)
+		}
+	}
 	// fasthttp adds a Date header by default, from a clock its own goroutine
 	// refreshes every second: no clock read per response on this thread.
 	if err := l.setup(); err != nil {
@@ -213,7 +229,7 @@ func (l *Loop) Run() error {
 		if quiet && l.cfg.Quiet != nil && l.cfg.Quiet() {
 			timeout = int(l.cfg.IdleTick / time.Millisecond)
 		}
-		if len(l.ready) > 0 || l.acceptMore {
+		if len(l.ready) > 0 || len(l.sendq) > 0 || l.acceptMore {
 			timeout = 0
 		}
 		if d := l.drainAt.Load(); d != 0 && l.draining {
@@ -264,6 +280,7 @@ func (l *Loop) Run() error {
 			l.accept()
 		}
 		l.runReady()
+		l.sendQueued()
 		l.sweep()
 		if d := l.drainAt.Load(); d != 0 && l.drainStep(d) {
 			return nil
@@ -287,6 +304,9 @@ func (l *Loop) event(ev *unix.EpollEvent) {
 		}
 		l.close(c, why)
 		return
+	}
+	if ev.Events&unix.EPOLLOUT != 0 {
+		c.full = false
 	}
 	if ev.Events&(unix.EPOLLIN|unix.EPOLLRDHUP) != 0 {
 		c.readable = true
@@ -414,6 +434,10 @@ func (l *Loop) closeListener() {
 }
 
 func (l *Loop) closeFDs() {
+	if l.ring != nil {
+		l.ring.close()
+		l.ring = nil
+	}
 	if l.epfd >= 0 {
 		unix.Close(l.epfd)
 		l.epfd = -1

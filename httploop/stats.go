@@ -44,6 +44,8 @@ type Stats struct {
 	BytesOut       uint64
 	Conns          uint64 // connections open now
 	OutputBuffered uint64 // response bytes waiting for their sockets now
+	SendBatches    uint64 // io_uring submissions of answers (0 when every answer is its own write)
+	BatchedSends   uint64 // answers sent through those submissions
 	Closed         [numCloseReasons]uint64
 }
 
@@ -59,6 +61,8 @@ const (
 	statBytesOut
 	statConns
 	statOutput
+	statSendBatches
+	statBatchedSends
 	statClosed
 	numStats = statClosed + int(numCloseReasons)
 )
@@ -100,6 +104,7 @@ func (p *published) snapshot() Stats {
 	f := [...]*uint64{
 		&s.Accepted, &s.Rejected, &s.AcceptErrors, &s.Requests, &s.Deferred,
 		&s.DeferTimeouts, &s.BytesIn, &s.BytesOut, &s.Conns, &s.OutputBuffered,
+		&s.SendBatches, &s.BatchedSends,
 	}
 	for i, dst := range f {
 		*dst = p.v[i].Load()

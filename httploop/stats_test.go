@@ -27,7 +27,7 @@ func TestStatsSnapshot(t *testing.T) {
 	c.publish()
 	s := c.pub.snapshot()
 	got := []uint64{s.Accepted, s.Rejected, s.AcceptErrors, s.Requests, s.Deferred,
-		s.DeferTimeouts, s.BytesIn, s.BytesOut, s.Conns, s.OutputBuffered}
+		s.DeferTimeouts, s.BytesIn, s.BytesOut, s.Conns, s.OutputBuffered, s.SendBatches, s.BatchedSends}
 	for r := range s.Closed {
 		got = append(got, s.Closed[r])
 	}
