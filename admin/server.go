@@ -31,6 +31,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -134,6 +135,9 @@ type Server struct {
 	histMu      sync.Mutex
 	stopHistory func()
 	refusals    refusalPacer // which refused requests the audit log records
+	// lastTokens is the last successful read of the admin tokens, for
+	// read-only requests while the ledger cannot be read (authorize).
+	lastTokens atomic.Pointer[readTokens]
 
 	// mu serialises changes. The ledger makes each change atomic, but an
 	// audit record's before is read just ahead of the change: holding mu

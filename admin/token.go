@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"time"
 
 	"github.com/tollgated/tollgated/credential"
 	"github.com/tollgated/tollgated/ledger"
@@ -137,16 +138,22 @@ func newSecret(rand io.Reader, prefix string) (string, error) {
 // authorize finds the live admin token the request's bearer token is, and
 // returns it. Tokens are read from the ledger on every request (admin
 // traffic is light, and they are few), so a token created, revoked or set
-// by EnsureAdminToken takes effect at once. Every live token's digest is
-// compared, in constant time each; how many there are is not secret.
+// by EnsureAdminToken takes effect at once. When that read fails (the
+// ledger is down: PostgreSQL in an outage), a read-only request (GET,
+// HEAD) is checked against the last tokens read, if that read is at most
+// StaleTokensFor old: /metrics, the read-only API and the dashboard
+// keep answering the operator during the outage they are needed for,
+// while nothing can change with a token the ledger may have revoked since.
+// Every live token's digest is compared, in constant time each; how many
+// there are is not secret.
 func (s *Server) authorize(r *http.Request) (caller, error) {
 	raw, ok := credential.BearerToken([]byte(r.Header.Get("Authorization")))
 	if !ok || len(raw) > MaxAdminTokenLen {
 		return caller{}, problemf(codeUnauthorized, "send Authorization: Bearer <admin token>")
 	}
-	tokens, err := s.store.AdminTokens(r.Context())
+	tokens, err := s.adminTokens(r)
 	if err != nil {
-		return caller{}, fmt.Errorf("admin: reading the admin tokens: %w", err)
+		return caller{}, err
 	}
 	got := sha256.Sum256(raw)
 	var match caller
@@ -159,4 +166,36 @@ func (s *Server) authorize(r *http.Request) (caller, error) {
 		return caller{}, problemf(codeUnauthorized, "the admin token is not valid")
 	}
 	return match, nil
+}
+
+// StaleTokensFor bounds how old the admin tokens a read-only request is
+// checked against may be when the ledger cannot be read (authorize).
+const StaleTokensFor = 5 * time.Minute
+
+// readTokens is one successful read of the admin tokens, and when (ns).
+type readTokens struct {
+	tokens []ledger.AdminToken
+	at     int64
+}
+
+// adminTokens reads the admin tokens from the ledger and keeps them; if
+// the read fails, a GET or HEAD gets the kept ones while they are at most
+// StaleTokensFor old.
+func (s *Server) adminTokens(r *http.Request) ([]ledger.AdminToken, error) {
+	now := s.now()
+	tokens, err := s.store.AdminTokens(r.Context())
+	if err == nil {
+		s.lastTokens.Store(&readTokens{tokens: tokens, at: now})
+		return tokens, nil
+	}
+	err = fmt.Errorf("admin: reading the admin tokens: %w", err)
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		return nil, err
+	}
+	last := s.lastTokens.Load()
+	if last == nil || now-last.at > int64(StaleTokensFor) {
+		return nil, err
+	}
+	s.log.Warn().Err(err).Str("path", r.URL.Path).Msg("admin: the ledger did not answer; a read is checked against the admin tokens read last")
+	return last.tokens, nil
 }

@@ -143,6 +143,34 @@ func TestAuthenticationStoreFailure(t *testing.T) {
 	h.fails(http.StatusInternalServerError, codeInternal, "GET", "/v1/leases", "")
 }
 
+// TestReadsOutliveALedgerOutageForAWhile: once the tokens have been read,
+// a ledger that stops answering leaves read-only requests (the operator's
+// /metrics, the dashboard) checked against those tokens for
+// StaleTokensFor; a change is refused at once, a wrong token is still
+// 401, and past the bound reads fail too.
+func TestReadsOutliveALedgerOutageForAWhile(t *testing.T) {
+	h := newHarness(t)
+	if st, _, b := h.call("GET", "/metrics", ""); st != http.StatusOK {
+		t.Fatalf("before the outage: %d %s", st, b)
+	}
+	h.store.failWith("AdminTokens", errors.New("connection refused"))
+	if st, _, b := h.call("GET", "/metrics", ""); st != http.StatusOK {
+		t.Fatalf("a read in the outage: %d %s", st, b)
+	}
+	if st, _, b := h.call("GET", "/v1/leases", ""); st != http.StatusOK {
+		t.Fatalf("a read of the API in the outage: %d %s", st, b)
+	}
+	got, hdr, b := h.callAs("Bearer "+AdminTokenPrefix+"not-a-token-at-all", "GET", "/metrics", "")
+	h.checkProblem(got, hdr, b, http.StatusUnauthorized, codeUnauthorized, "a wrong token in the outage")
+	h.fails(http.StatusInternalServerError, codeInternal, "POST", "/v1/accounts", `{"id":"x"}`)
+	h.now.Add(int64(StaleTokensFor))
+	if st, _, b := h.call("GET", "/metrics", ""); st != http.StatusOK {
+		t.Fatalf("at the bound: %d %s", st, b)
+	}
+	h.now.Add(1)
+	h.fails(http.StatusInternalServerError, codeInternal, "GET", "/metrics", "")
+}
+
 // TestBearerRule: the admin listener follows credential.BearerToken, the
 // data plane's rule: the scheme in any case, spaces around the token, and
 // a token of visible ASCII only.
