@@ -90,10 +90,15 @@ func (w *World) checkLiveness() {
 	}
 }
 
-// fleetBound is how long a fleet may answer a payable request 503 while
-// the units it needs come back from other nodes' leases (a client told
-// "transient" retries at once here).
-const fleetBound = 1e9
+// fleetBound is how long a fleet may answer a conn 503 in a row (a client
+// told "transient" retries at once here) while the units it needs come
+// back from other nodes' leases, or until it learns that they were spent
+// there: their settlement (control.SettleEvery), this node's next read of
+// funding evidence (fleet.DefaultFundsEvery), the probe's own funding
+// wait, and 100 ms of ledger calls (docs/FLEET.md, "The bound").
+func (w *World) fleetBound() int64 {
+	return int64(control.SettleEvery+fleet.DefaultFundsEvery) + int64(w.cfg.FundingWait) + 100e6
+}
 
 // spendAll spends a from every shard of every node, in rounds of
 // concurrent requests of 1–3 items, then of one, until every shard was
@@ -105,7 +110,7 @@ func (w *World) spendAll(a *account, price core.CostUnits) {
 		spent bool // refused 402 for one item
 		// since is when its first 503 in a row came (0: none): on a
 		// fleet, funding held by other nodes comes back within
-		// fleetBound (docs/FLEET.md); on one node, a 503 is a failure.
+		// w.fleetBound() (docs/FLEET.md); on one node, a 503 is a failure.
 		since int64
 	}
 	var conns []*conn
@@ -146,7 +151,7 @@ func (w *World) spendAll(a *account, price core.CostUnits) {
 				case st == 402 && items == 1:
 					c.spent = true
 				case st == 402:
-				case st == 503 && len(w.nodes) > 1 && (c.since == 0 || r.at-c.since <= fleetBound):
+				case st == 503 && len(w.nodes) > 1 && (c.since == 0 || r.at-c.since <= w.fleetBound()):
 					if c.since == 0 {
 						c.since = r.sent
 					}
