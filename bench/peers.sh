@@ -24,6 +24,12 @@
 # high that every answer is "allowed": each server does its whole work per
 # request, and wrk counts any non-2xx answer as a failure.
 #
+# Then, when ratelimit is among the peers, the gRPC path: Envoy's
+# RateLimitService/ShouldRateLimit against tollgated's --grpc-listen and
+# ratelimit's gRPC port, driven by bench/grpcload (2 HTTP/2 connections,
+# CONNS/2 calls in flight on each, as Envoy multiplexes), the same rounds,
+# CPU per decision read by grpcload over its measured window.
+#
 # The peers do not do what tollgated does per request — neither prices a
 # workload nor makes its decision durable before it answers (gubernator
 # keeps its counters in memory; ratelimit's Redis here never persists) —
@@ -58,7 +64,9 @@ for p in "${peers[@]}"; do
 	esac
 done
 (( ROUNDS >= 3 )) || { echo "peers.sh: ROUNDS must be at least 3" >&2; exit 2; }
-budget=$(( ROUNDS * (2 + ${#peers[@]}) * (ROUND_SECS + WARMUP_SECS + 1) + 30 ))
+grpc_servers=0
+[[ " ${peers[*]} " == *" ratelimit "* ]] && grpc_servers=2
+budget=$(( ROUNDS * (2 + ${#peers[@]} + grpc_servers) * (ROUND_SECS + WARMUP_SECS + 1) + 30 ))
 if (( budget > 360 )); then
 	echo "peers.sh: ROUNDS=$ROUNDS ROUND_SECS=$ROUND_SECS WARMUP_SECS=$WARMUP_SECS would take about ${budget}s; the limit is 360s" >&2
 	exit 2
@@ -103,6 +111,7 @@ build_peer() {
 log "building baseline and tollgated"
 go build -o "$work/baseline" ./bench/baseline
 go build -o "$work/tollgated" ./cmd/tollgated
+go build -o "$work/grpcload" ./bench/grpcload
 for p in "${peers[@]}"; do
 	log "building $p from the Go module proxy"
 	case "$p" in
@@ -142,9 +151,10 @@ pidsof[baseline]=$!
 url[baseline]=http://127.0.0.1:18180/v1/check
 wait_status "${url[baseline]}" "$check_body" || exit 1
 
-env "TOLLGATED_ADMIN_TOKEN=bench-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')" "${server_pin[@]}" \
+admin_token=bench-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+env "TOLLGATED_ADMIN_TOKEN=$admin_token" "${server_pin[@]}" \
 	"$work/tollgated" --listen 127.0.0.1:18181 --admin 127.0.0.1:18182 --data-dir "$work/tollgated-data" \
-	--demo-key "$BENCH_KEY" >"$work/tollgated.log" 2>&1 &
+	--grpc-listen 127.0.0.1:18189 --demo-key "$BENCH_KEY" >"$work/tollgated.log" 2>&1 &
 pids+=($!)
 pidsof[tollgated]=$!
 url[tollgated]=http://127.0.0.1:18181/v1/check
@@ -279,5 +289,78 @@ for n in "${names[@]}"; do
 	fi
 	echo "$line"
 done
+
+# --- gRPC: ShouldRateLimit ------------------------------------------------------
+if (( grpc_servers > 0 )); then
+	declare -A g_cps g_p99 g_cpu g_redis
+	# A gRPC decision prices the original request (here GET /) by the
+	# account's routes, as /v1/authz does; the demo policy has none, so the
+	# account gets one rule: a request is one "requests" operation.
+	demo_policy='{"permissions":["chat"],
+	 "operations":{"input_tokens":{"weight":1},"output_tokens":{"weight":4},"requests":{"weight":10}},
+	 "limits":{"max_items":1048576,"hold_timeout_ms":60000},
+	 "routes":{"rules":[{"method":"GET","path":"/","op":"requests","count":1}]}}'
+	if ! curl -fsS -o /dev/null -X PUT -H "Authorization: Bearer $admin_token" -H 'Content-Type: application/json' \
+		--data "$demo_policy" http://127.0.0.1:18182/v1/accounts/demo/policy; then
+		log "could not give account demo a route"
+		exit 1
+	fi
+	# grpc_one ROUND NAME: tollgated bills account "demo" (domain tollgated);
+	# ratelimit counts descriptor account=demo of domain bench, in Redis.
+	grpc_one() {
+		local args out
+		case "$2" in
+		tollgated) args=(-addr 127.0.0.1:18189 -domain tollgated -pids "${pidsof[tollgated]}") ;;
+		ratelimit) args=(-addr 127.0.0.1:18187 -domain bench -pids "${pidsof[ratelimit]// /,}") ;;
+		esac
+		if ! out=$("${load_pin[@]}" timeout $(( WARMUP_SECS + ROUND_SECS + 20 )) "$work/grpcload" "${args[@]}" \
+			-entry account=demo -conns 2 -inflight $(( CONNS / 2 > 0 ? CONNS / 2 : 1 )) \
+			-warmup "${WARMUP_SECS}s" -duration "${ROUND_SECS}s" 2>&1) || [[ "$out" != *" ok="* ]] \
+			|| [[ "$out" != *" over_limit=0 errors=0 "* ]]; then
+			log "grpcload against $2 (round $1) failed or was refused: $out"
+			failed=1
+			return
+		fi
+		local cps p99 cpu
+		cps=$(sed -n 's/.* calls_per_sec=\([0-9]*\).*/\1/p' <<<"$out")
+		p99=$(sed -n 's/.* p99_us=\([0-9]*\).*/\1/p' <<<"$out")
+		cpu=$(sed -n 's/.* cpu_us_per_call=\([0-9.,]*\).*/\1/p' <<<"$out")
+		g_cps[$2,$1]=$cps
+		g_p99[$2,$1]=$p99
+		g_cpu[$2,$1]=$(awk -v c="$cpu" 'BEGIN { n = split(c, v, ","); s = 0; for (i = 1; i <= n; i++) s += v[i]; printf "%.2f", s }')
+		[[ "$2" != ratelimit ]] || g_redis[$2,$1]=${cpu##*,}
+	}
+	gnames=(tollgated ratelimit)
+	echo
+	echo "gRPC ShouldRateLimit: closed loop from bench/grpcload, 2 connections × $(( CONNS / 2 > 0 ? CONNS / 2 : 1 )) calls in flight, ${ROUND_SECS}s measured after ${WARMUP_SECS}s, $ROUNDS rounds"
+	for (( r = 1; r <= ROUNDS; r++ )); do
+		order=("${gnames[@]}")
+		(( r % 2 == 1 )) || order=(ratelimit tollgated)
+		for n in "${order[@]}"; do
+			grpc_one "$r" "$n"
+		done
+		echo "round $r"
+		for n in "${gnames[@]}"; do
+			if [[ -z "${g_cps[$n,$r]:-}" ]]; then
+				printf '  %-11s FAILED\n' "$n"
+				continue
+			fi
+			extra=""
+			[[ -z "${g_redis[$n,$r]:-}" ]] || extra=" (of which Redis ${g_redis[$n,$r]})"
+			printf '  %-11s %8.0f calls/s  p99 %7d µs  CPU %7.2f µs/call%s\n' "$n" "${g_cps[$n,$r]}" "${g_p99[$n,$r]}" "${g_cpu[$n,$r]}" "$extra"
+		done
+	done
+	echo
+	echo "gRPC medians ($ROUNDS rounds):"
+	tg_gcpu=$(median $(col tollgated g_cpu))
+	for n in "${gnames[@]}"; do
+		line=$(printf '  %-11s %8.0f calls/s  CPU %7.2f µs/call' "$n" "$(median $(col "$n" g_cps))" "$(median $(col "$n" g_cpu))")
+		if [[ "$n" == ratelimit ]]; then
+			line+=$(printf ' (ratelimit + Redis; Redis alone %s)' "$(median $(col "$n" g_redis))")
+			line+=$(awk -v p="$(median $(col "$n" g_cpu))" -v t="$tg_gcpu" 'BEGIN { printf "  |  tollgated decisions per CPU-second / ratelimit'"'"'s: %.2f× (target >= 5)", p / t }')
+		fi
+		echo "$line"
+	done
+fi
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 exit "$failed"
