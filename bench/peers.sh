@@ -235,30 +235,42 @@ run_one() { # ROUND NAME
 	fi
 }
 
+# rounds RUN SHOW NAME...: ROUNDS rounds, each measuring every NAME once
+# with RUN ROUND NAME (the order reversed in even rounds, so no server
+# always runs first or last), then printing each with SHOW ROUND NAME.
+rounds() {
+	local run=$1 show=$2 r i n order
+	shift 2
+	for (( r = 1; r <= ROUNDS; r++ )); do
+		order=("$@")
+		if (( r % 2 == 0 )); then
+			order=()
+			for (( i = $#; i >= 1; i-- )); do order+=("${!i}"); done
+		fi
+		for n in "${order[@]}"; do
+			"$run" "$r" "$n"
+		done
+		echo "round $r"
+		for n in "$@"; do
+			"$show" "$r" "$n"
+		done
+	done
+}
+
 names=(baseline tollgated "${peers[@]}")
 echo
 echo "Peers: closed loop from wrk, $CONNS connections, ${ROUND_SECS}s measured after ${WARMUP_SECS}s of warm-up, $ROUNDS rounds"
 echo "load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)"
-for (( r = 1; r <= ROUNDS; r++ )); do
-	order=("${names[@]}")
-	if (( r % 2 == 0 )); then
-		order=()
-		for (( i = ${#names[@]} - 1; i >= 0; i-- )); do order+=("${names[$i]}"); done
+show_one() { # ROUND NAME
+	if [[ -z "${r_rps[$2,$1]:-}" ]]; then
+		printf '  %-11s FAILED\n' "$2"
+		return
 	fi
-	for n in "${order[@]}"; do
-		run_one "$r" "$n"
-	done
-	echo "round $r"
-	for n in "${names[@]}"; do
-		if [[ -z "${r_rps[$n,$r]:-}" ]]; then
-			printf '  %-11s FAILED\n' "$n"
-			continue
-		fi
-		extra=""
-		[[ -z "${r_redis[$n,$r]:-}" ]] || extra=" (of which Redis ${r_redis[$n,$r]})"
-		printf '  %-11s %8.0f req/s  p99 %9.1f µs  CPU %7.2f µs/req%s\n' "$n" "${r_rps[$n,$r]}" "${r_p99[$n,$r]}" "${r_cpu[$n,$r]}" "$extra"
-	done
-done
+	local extra=""
+	[[ -z "${r_redis[$2,$1]:-}" ]] || extra=" (of which Redis ${r_redis[$2,$1]})"
+	printf '  %-11s %8.0f req/s  p99 %9.1f µs  CPU %7.2f µs/req%s\n' "$2" "${r_rps[$2,$1]}" "${r_p99[$2,$1]}" "${r_cpu[$2,$1]}" "$extra"
+}
+rounds run_one show_one "${names[@]}"
 
 median() {
 	printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END {
@@ -333,23 +345,16 @@ if (( grpc_servers > 0 )); then
 	gnames=(tollgated ratelimit)
 	echo
 	echo "gRPC ShouldRateLimit: closed loop from bench/grpcload, 2 connections × $(( CONNS / 2 > 0 ? CONNS / 2 : 1 )) calls in flight, ${ROUND_SECS}s measured after ${WARMUP_SECS}s, $ROUNDS rounds"
-	for (( r = 1; r <= ROUNDS; r++ )); do
-		order=("${gnames[@]}")
-		(( r % 2 == 1 )) || order=(ratelimit tollgated)
-		for n in "${order[@]}"; do
-			grpc_one "$r" "$n"
-		done
-		echo "round $r"
-		for n in "${gnames[@]}"; do
-			if [[ -z "${g_cps[$n,$r]:-}" ]]; then
-				printf '  %-11s FAILED\n' "$n"
-				continue
-			fi
-			extra=""
-			[[ -z "${g_redis[$n,$r]:-}" ]] || extra=" (of which Redis ${g_redis[$n,$r]})"
-			printf '  %-11s %8.0f calls/s  p99 %7d µs  CPU %7.2f µs/call%s\n' "$n" "${g_cps[$n,$r]}" "${g_p99[$n,$r]}" "${g_cpu[$n,$r]}" "$extra"
-		done
-	done
+	grpc_show() { # ROUND NAME
+		if [[ -z "${g_cps[$2,$1]:-}" ]]; then
+			printf '  %-11s FAILED\n' "$2"
+			return
+		fi
+		local extra=""
+		[[ -z "${g_redis[$2,$1]:-}" ]] || extra=" (of which Redis ${g_redis[$2,$1]})"
+		printf '  %-11s %8.0f calls/s  p99 %7d µs  CPU %7.2f µs/call%s\n' "$2" "${g_cps[$2,$1]}" "${g_p99[$2,$1]}" "${g_cpu[$2,$1]}" "$extra"
+	}
+	rounds grpc_one grpc_show "${gnames[@]}"
 	echo
 	echo "gRPC medians ($ROUNDS rounds):"
 	tg_gcpu=$(median $(col tollgated g_cpu))
