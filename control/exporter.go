@@ -49,6 +49,8 @@ type Exporter struct {
 	// Floor, if set, bounds what the spool may drop: the plane's oldest
 	// open commit entry must stay for a restart to find it.
 	Floor func() uint64
+	// Now dates settlements and post-paid events; nil reads the wall clock.
+	Now func() int64
 
 	mu          sync.Mutex // one export pass at a time
 	after       uint64
@@ -285,7 +287,7 @@ func (e *Exporter) exportBatch(ctx context.Context) (int, error) {
 	}
 	st := e.fold.settlement(e.node, from, last)
 	ctx, span := startSpan(ctx, "export.settle", attrEvents.Int(int(st.Events)))
-	res, err := e.store.Settle(ctx, st, time.Now().UnixNano())
+	res, err := e.store.Settle(ctx, st, e.now())
 	endSpan(span, err)
 	if err != nil {
 		return 0, err
@@ -302,6 +304,13 @@ func (e *Exporter) exportBatch(ctx context.Context) (int, error) {
 	return n, nil
 }
 
+func (e *Exporter) now() int64 {
+	if e.Now != nil {
+		return e.Now()
+	}
+	return time.Now().UnixNano()
+}
+
 // ErrSpoolBehindMark refuses to export from a spool that ends before what
 // the ledger's export mark says this node already billed.
 var ErrSpoolBehindMark = errors.New("control: the spool ends before the node's export mark")
@@ -311,7 +320,7 @@ var errStop = errors.New("stop")
 
 // ingestPostPaid bills the batch's post-paid events by id.
 func (e *Exporter) ingestPostPaid(ctx context.Context) error {
-	results, err := e.store.Ingest(ctx, e.post, time.Now().UnixNano())
+	results, err := e.store.Ingest(ctx, e.post, e.now())
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tollgated/tollgated/clock"
 	"github.com/tollgated/tollgated/control/durability"
 	"github.com/tollgated/tollgated/control/funding"
 	"github.com/tollgated/tollgated/control/message"
@@ -84,7 +85,10 @@ type Config struct {
 	Announce func(a plane.Announcement)
 	// KeyUseFlush batches key-use reports for KeysUsed (5 s).
 	KeyUseFlush time.Duration
-	// Now reads the clock (tests inject one).
+	// Clock is the node's time: Now reads it unless set, and a jump of
+	// it wakes the plane to measure its deadlines again. nil: the wall clock.
+	Clock *clock.Clock
+	// Now reads the clock; simulations inject a virtual one.
 	Now func() int64
 }
 
@@ -125,7 +129,7 @@ func New(cfg Config, links []Link) (*Plane, error) {
 		return nil, errors.New("control: a plane needs a ledger and a spool")
 	}
 	if cfg.Now == nil {
-		cfg.Now = func() int64 { return time.Now().UnixNano() }
+		cfg.Now = cfg.Clock.Now
 	}
 	if cfg.IsFull == nil {
 		cfg.IsFull = func(error) bool { return false }
@@ -265,6 +269,7 @@ const (
 // thread blocked in poll(2) kept the Go scheduler's monitor waking every
 // 20 µs on the CPUs the shards need.
 func (p *Plane) sleep(stop <-chan struct{}, timer *time.Timer) {
+	jumped := p.cfg.Clock.Jumped() // before now: a jump after it wakes us
 	now := p.cfg.Now()
 	busy := now-p.lastWork < busyWindow || p.sh.Undelivered() || p.sh.Backlog() > 0
 	announced := 0
@@ -316,6 +321,7 @@ func (p *Plane) sleep(stop <-chan struct{}, timer *time.Timer) {
 	case fn := <-p.cmds:
 		fn()
 	case <-timeout:
+	case <-jumped:
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tollgated/tollgated/admin"
+	"github.com/tollgated/tollgated/clock"
 	"github.com/tollgated/tollgated/grpcapi"
 	"github.com/tollgated/tollgated/route"
 )
@@ -61,6 +62,9 @@ type Config struct {
 	GRPC      GRPC
 	Transport Transport
 	Build     Build // reported as tollgated_build_info
+	// Clock dates everything that is money (leases, idleness, settlement,
+	// forfeits); nil is the wall clock. Only tests set one, to advance it.
+	Clock *clock.Clock
 }
 
 // EventArchive sizes the billed-event stream (GET /v1/events): released

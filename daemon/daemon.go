@@ -217,7 +217,7 @@ func (d *Daemon) openLedger() (secret []byte, _ *credential.Hasher, err error) {
 		return nil, nil, err
 	}
 	if d.cfg.DemoKey != "" {
-		if err := provisionDemo(ctx, d.store, hasher, d.cfg.DemoKey, core.CostUnits(d.cfg.DemoUnits), time.Now().UnixNano()); err != nil {
+		if err := provisionDemo(ctx, d.store, hasher, d.cfg.DemoKey, core.CostUnits(d.cfg.DemoUnits), d.cfg.Clock.Now()); err != nil {
 			return nil, nil, err
 		}
 		d.log.Warn().Msg("demo account \"demo\" provisioned with --demo-key (for trying tollgated, not for production keys)")
@@ -244,6 +244,7 @@ func (d *Daemon) bindNode(holder string, secret []byte) (err error) {
 		},
 		Durable: d.cfg.Durable, FundingWait: fundingWait(d.cfg.FundingWait),
 		DrainUsage: d.drainUsage, Log: d.log, Storage: d.storage, AuthzKeyHeader: d.cfg.AuthzKeyHeader,
+		Clock: d.cfg.Clock,
 	})
 	if err != nil {
 		return err
@@ -256,6 +257,7 @@ func (d *Daemon) bindNode(holder string, secret []byte) (err error) {
 // to the plane, and routes the plane's and the exporter's news to it.
 func (d *Daemon) newProvisioner() {
 	p := control.NewProvisioner(d.node.Plane(), d.store)
+	p.Now = d.cfg.Clock.Now
 	p.Grace = d.cfg.LeaseGrace
 	p.EventRetention = d.cfg.EventRetention
 	p.OnError = func(err error) {
@@ -303,6 +305,7 @@ func (d *Daemon) newExporter(holder string) {
 	d.claims = control.NewPostPaidClaims()
 	e := control.NewExporter(d.noted, d.store, holder, exportBatch)
 	e.Claims = d.claims
+	e.Now = d.cfg.Clock.Now
 	e.Floor = d.route.floor
 	e.Changed = d.route.usageChanged
 	e.OnError = func(err error) {
@@ -318,7 +321,7 @@ func (d *Daemon) newExporter(holder string) {
 // node that comes back after kill -9 forfeits nothing.
 func (d *Daemon) recover(ctx context.Context, holder string) (control.Recovery, error) {
 	cut := d.spool.Dropped().Bytes > 0
-	r, err := control.RecoverWith(ctx, d.store, d.spool, d.exporter, control.RecoverOptions{Holder: holder, Now: time.Now().UnixNano(), SpoolCut: cut})
+	r, err := control.RecoverWith(ctx, d.store, d.spool, d.exporter, control.RecoverOptions{Holder: holder, Now: d.cfg.Clock.Now(), SpoolCut: cut})
 	if err != nil {
 		return r, fmt.Errorf("recovering this node's leases: %w", err)
 	}
@@ -428,7 +431,8 @@ func (d *Daemon) startAdmin(ctx context.Context, hasher *credential.Hasher) erro
 	history := prometheus.NewRegistry()
 	history.MustRegister(newNodeCollector(d))
 	srv, err := admin.New(admin.Config{Store: d.store, Hasher: hasher, Publisher: d.prov, Registry: reg, Log: d.log,
-		Holdings: planeHoldings{d.node.Plane()}, Events: d.spool, Node: d.nodeID, Storage: d.adminStorage, History: history})
+		Holdings: planeHoldings{d.node.Plane()}, Events: d.spool, Node: d.nodeID, Storage: d.adminStorage, History: history,
+		Now: d.cfg.Clock.Now})
 	if err != nil {
 		return err
 	}

@@ -39,7 +39,7 @@ func (d *Daemon) prepareFollower(ctx context.Context) error {
 		// The bound the fleet holds is 100 ms at p99 (docs/FLEET.md).
 		Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
 	})
-	d.follower = &fleet.Follower{Store: d.store, Source: pg, Publish: d.prov,
+	d.follower = &fleet.Follower{Store: d.store, Source: pg, Publish: d.prov, Now: d.cfg.Clock.Time,
 		Applied: func(_ pgstore.Change, lag time.Duration) { d.changeLag.Observe(lag.Seconds()) },
 		OnError: func(c pgstore.Change, err error) {
 			d.log.Error().Err(err).Uint64("change", c.ID).Str("kind", string(c.Kind)).Str("account", string(c.Account)).

@@ -89,7 +89,7 @@ func (d *Daemon) establishIdentity(ctx context.Context) error {
 	if err := d.claim(ctx, id); err != nil {
 		return err
 	}
-	inc, err := d.store.Incarnate(ctx, id, spoolInc, int64(d.cfg.LeaseGrace), time.Now().UnixNano())
+	inc, err := d.store.Incarnate(ctx, id, spoolInc, int64(d.cfg.LeaseGrace), d.cfg.Clock.Now())
 	if err != nil {
 		return incarnationHint(err, d.cfg)
 	}

@@ -47,7 +47,8 @@ type Follower struct {
 	Store   ledger.Store
 	Source  Source
 	Publish Publisher
-	// Now reads the clock (tests inject one); it dates a change's arrival.
+	// Now reads the node's clock (nil: the wall clock); it dates a change's
+	// arrival and decides whether a key it names has expired.
 	Now func() time.Time
 	// Applied, if set, hears each change once it reached the shards, with
 	// its lag: from the changing transaction's start to now, by the

@@ -15,6 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/tollgated/tollgated/affinity"
+	"github.com/tollgated/tollgated/clock"
 	"github.com/tollgated/tollgated/control"
 	"github.com/tollgated/tollgated/control/message"
 	"github.com/tollgated/tollgated/httploop"
@@ -54,6 +55,9 @@ type Config struct {
 	Log     zerolog.Logger
 	// AuthzKeyHeader is shard.Config.AuthzKeyHeader.
 	AuthzKeyHeader string
+	// Clock is the shards' time (their loops' readings plus its offset)
+	// and, unless Plane.Clock is set, the plane's. nil: the wall clock.
+	Clock *clock.Clock
 }
 
 // Node is a running node.
@@ -107,6 +111,9 @@ func Bind(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node: data-plane address: %w", err)
 	}
 	cfg.Plane.Syncing = new(shard.SpoolSyncing) // one per node, its shards and plane
+	if cfg.Plane.Clock == nil {
+		cfg.Plane.Clock = cfg.Clock
+	}
 	n := &Node{cfg: cfg, stop: make(chan struct{})}
 	links := make([]control.Link, len(cfg.CPUs))
 	addr := cfg.Listen
@@ -180,7 +187,7 @@ func (n *Node) deliverAll(deadline time.Time) bool {
 	for {
 		busy := 0
 		for _, r := range n.runners {
-			busy += r.s.Poll(time.Now().UnixNano())
+			busy += r.s.Poll(n.cfg.Clock.Now())
 		}
 		if busy == 0 && n.plane.Idle() {
 			return true
@@ -293,7 +300,7 @@ func (n *Node) pollUntil(deadline time.Time, done func() bool) {
 	for time.Now().Before(deadline) {
 		busy := 0
 		for _, r := range n.runners {
-			busy += r.s.Poll(time.Now().UnixNano())
+			busy += r.s.Poll(n.cfg.Clock.Now())
 		}
 		if busy == 0 && done() {
 			return
@@ -319,14 +326,15 @@ type runner struct {
 	ln      *httploop.Listener
 	loop    *httploop.Loop
 
+	clock   *clock.Clock // its offset is added to the loop's readings
 	req     shard.Request
 	cur     *httploop.Ctx
-	now     int64
+	now     int64 // the last tick's reading, on clock
 	closeMu sync.Once
 }
 
 func newRunner(id, cpu int, addr string, cfg Config) (*runner, control.Link, error) {
-	r := &runner{id: id, cpu: cpu, cfgLoop: cfg.Loop}
+	r := &runner{id: id, cpu: cpu, cfgLoop: cfg.Loop, clock: cfg.Clock}
 	inR, err := ring.New[message.Inbound](cfg.RingSize)
 	if err != nil {
 		return nil, control.Link{}, err
@@ -344,7 +352,7 @@ func newRunner(id, cpu int, addr string, cfg Config) (*runner, control.Link, err
 	}
 	r.s, err = shard.New(shard.Config{ID: uint16(id), Secret: cfg.Secret, MaxReservations: cfg.MaxReservations,
 		AckDurable: cfg.Durable, FundingWait: cfg.FundingWait, KeyUseReport: cfg.KeyUseReport,
-		Syncing: cfg.Plane.Syncing, Storage: cfg.Storage, AuthzKeyHeader: cfg.AuthzKeyHeader}, r.in, r.out)
+		Syncing: cfg.Plane.Syncing, Storage: cfg.Storage, AuthzKeyHeader: cfg.AuthzKeyHeader, Clock: cfg.Clock}, r.in, r.out)
 	if err == nil {
 		r.ln, err = httploop.Bind(addr)
 	}
@@ -387,6 +395,7 @@ func (r *runner) loopConfig() httploop.Config {
 	lc.Quiet = r.s.Quiet
 	lc.BeforeBlock = r.s.HandOver
 	lc.OnTick = func(now int64) {
+		now += int64(r.clock.Offset())
 		r.now = now
 		r.s.Poll(now)
 		r.s.PublishStats()
@@ -398,7 +407,7 @@ func (r *runner) loopConfig() httploop.Config {
 // reused: nothing is allocated per request.
 func (r *runner) handle(x *httploop.Ctx) {
 	r.cur = x
-	r.req.Req, r.req.Resp, r.req.Now = x.Request, x.Response, x.Now
+	r.req.Req, r.req.Resp, r.req.Now = x.Request, x.Response, x.Now+int64(r.clock.Offset())
 	r.s.Serve(&r.req)
 	r.cur = nil
 }

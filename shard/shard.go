@@ -15,6 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fastjson"
 
+	"github.com/tollgated/tollgated/clock"
 	"github.com/tollgated/tollgated/control/message"
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/credential"
@@ -58,6 +59,9 @@ type Config struct {
 	// AuthzKeyHeader names the header /v1/authz reads the customer's key
 	// from, whole; "" (or Authorization) reads Authorization: Bearer.
 	AuthzKeyHeader string
+	// Clock is the time Request.Now is read on (the node's clock.Clock);
+	// latency is measured on it too. nil: the wall clock.
+	Clock *clock.Clock
 }
 
 // MaxWorkLines bounds the lines of one workload.
@@ -190,6 +194,7 @@ func New(cfg Config, in *ring.Doorbell[message.Inbound], out *ring.Doorbell[mess
 		out:       make([]byte, 0, 512),
 		hdr:       make([]byte, 0, 32),
 		field:     make([]byte, 0, 128),
+		lat:       latencyRecorder{clock: cfg.Clock.Now},
 		num:       make([]byte, 0, 32),
 		mark:      new(DurableMark),
 	}

@@ -335,12 +335,15 @@ func TestFleetLiveNodesForfeitNothingInAnOutage(t *testing.T) {
 	execSQL(t, url, `ALTER ROLE fleet NOLOGIN`)
 	cluster.Stop()
 	// Every lease was granted or extended before the stop, so it expires
-	// within ttl of it and is reclaimable grace later. The nodes read the
-	// real clock, so the outage lasts that long on it.
-	time.Sleep(ttl + grace + 200*time.Millisecond)
+	// within ttl of it and is reclaimable grace later: the outage lasts
+	// that long on the nodes' clocks, and the test reclaims at their time.
+	outage := ttl + grace + 200*time.Millisecond
+	for _, n := range nodes {
+		n.advance(outage)
+	}
 	cluster.Start()
 	s := openFleetLedger(t, url)
-	forfeited, err := s.Reclaim(t.Context(), time.Now().UnixNano(), int64(grace), 1000)
+	forfeited, err := s.Reclaim(t.Context(), nodes[0].clockNow().UnixNano(), int64(grace), 1000)
 	if err != nil || forfeited == 0 {
 		t.Fatalf("reclaim as PostgreSQL came back: %d, %v; the outage should have left leases past expiry and grace", forfeited, err)
 	}

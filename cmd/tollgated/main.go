@@ -20,6 +20,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/tollgated/tollgated/clock"
 	"github.com/tollgated/tollgated/daemon"
 	"github.com/tollgated/tollgated/invariant"
 )
@@ -70,6 +71,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, st
 		log.Error().Err(err).Msg("start failed")
 		return 1
 	}
+	dcfg.Clock = clockForTests
 	useProcs(len(dcfg.CPUs))
 	d, err := daemon.Open(dcfg, log, stdout)
 	if err != nil {
@@ -90,6 +92,11 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, st
 	log.Info().Msg("stopped")
 	return 0
 }
+
+// clockForTests is nil (the wall clock) except where this package's tests
+// run their own binary as the daemon (TestMain): they advance it to say
+// "an hour later" without waiting an hour.
+var clockForTests *clock.Clock
 
 // newLogger is the process's logger at the configured level. It also
 // logs every broken invariant, and warns of TOLLGATED_ variables no flag

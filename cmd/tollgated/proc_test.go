@@ -32,6 +32,7 @@ type proc struct {
 	all         syncBuffer // every line, whether or not anyone waited for it
 	exited      chan error
 	dataDir     string
+	clockOffset time.Duration // how far advance moved the daemon's clock
 }
 
 // startProc starts tollgated on dataDir with extra flags and waits until

@@ -22,6 +22,7 @@ func TestMain(m *testing.M) {
 		// Not tollgated's own variables: it would report them as unknown.
 		os.Unsetenv("TOLLGATED_TEST_AS_DAEMON")
 		os.Unsetenv("TOLLGATED_TEST_ARGS")
+		clockForTests = serveTestClock()
 		main()
 		return
 	}
