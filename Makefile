@@ -37,9 +37,11 @@ fmt-check:
 
 # fuzz runs every Go fuzz target of every package (go test -fuzz), one
 # after another, for FUZZTIME each: the data-plane routes, the admin API,
-# HTTP framing, policy documents... Targets are discovered with
-# `go test -list`, so a new one is fuzzed without being listed here.
-# `make test` only replays their corpora. See docs/FUZZING.md.
+# HTTP framing, policy documents... scripts/fuzz.sh finds the targets in
+# the test files, so a new one is fuzzed without being listed here, and
+# builds one instrumented test binary per package. FUZZFLAGS are flags of
+# that test binary (-test.parallel=1). `make test` only replays their
+# corpora. See docs/FUZZING.md.
 FUZZTIME  ?= 30s
 FUZZFLAGS ?=
 # sim runs SEEDS more seeded simulations of one node and SEEDS of a fleet
@@ -59,13 +61,7 @@ soak:
 	bash bench/soak.sh
 
 fuzz:
-	@list=$$($(GO) test -tags $(TAGS) -list '^Fuzz' $(PKGS)) || { echo "$$list"; exit 1; }; \
-	targets=$$(echo "$$list" | awk '/^Fuzz/ { t[n++] = $$1; next } /^ok/ { for (i = 0; i < n; i++) print $$2 " " t[i]; n = 0 }'); \
-	[ -n "$$targets" ] || { echo "fuzz: no fuzz targets found"; exit 1; }; \
-	echo "$$targets" | while read -r pkg target; do \
-		echo "fuzz: $$target ($$pkg) for $(FUZZTIME)"; \
-		$(GO) test -tags $(TAGS) -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $(FUZZFLAGS) $$pkg || exit 1; \
-	done
+	GO=$(GO) TAGS=$(TAGS) PKGS="$(PKGS)" FUZZTIME=$(FUZZTIME) FUZZFLAGS="$(FUZZFLAGS)" bash scripts/fuzz.sh
 
 # bench runs the Go micro-benchmarks (engine, seqlock, rings) for
 # BENCHTIME each (a duration, or a count such as 100x), leaving out those

@@ -63,17 +63,19 @@ func (w *twin) outcome(within time.Duration) string {
 }
 
 // TestTwinStartsOnOneAddressLeaveOneDaemon: two daemons started at the
-// same instant on one address, with their own data directories, twenty
+// same instant on one address, with their own data directories, eight
 // times: each time exactly one serves, and the other exits non-zero naming
 // the address. The data-plane address is spelled differently by the two
 // (a wildcard and loopback overlap on the port) every other time; every
-// fourth time they share the admin address instead. SO_REUSEPORT, which every shard's listener needs, would let both
-// bind the port; the claim on the port is what stops the second.
+// fourth time they share the admin address instead (so each way of
+// sharing comes at least twice). SO_REUSEPORT, which every shard's
+// listener needs, would let both bind the port; the claim on the port is
+// what stops the second.
 func TestTwinStartsOnOneAddressLeaveOneDaemon(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real processes")
 	}
-	for i := range 20 {
+	for i := range 8 {
 		_, port, _ := net.SplitHostPort(freePort(t))
 		spellings := [2]string{"127.0.0.1:" + port, "127.0.0.1:" + port}
 		if i%2 == 1 {
