@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,20 +15,18 @@ import (
 	"github.com/tollgated/tollgated/internal/pgtest"
 )
 
-// TestFleetCost measures what a fleet costs its database, on one durable
+// BenchmarkFleetCost measures what a fleet costs its database, on one durable
 // PostgreSQL of its own: durable /v1/check from loadConns connections per
 // node for benchWindow after a second of warm-up, then, over the window,
 // checks per second, ledger transactions per second and per node
 // (pg_stat_database), where they come from (the nodes' own counters:
 // settlements, lease calls, funding refreshes; the rest is maintenance and
 // the change log), PostgreSQL's CPU per 1,000 checks, and checks per
-// tollgated CPU-second (the hot path's cost per node). It is a
-// measurement, not a test: it runs only with TOLLGATED_FLEET_BENCH=1
-// (make bench-fleet) and its figures are in BENCHMARKS.md.
-func TestFleetCost(t *testing.T) {
-	if os.Getenv("TOLLGATED_FLEET_BENCH") != "1" {
-		t.Skip("a measurement: run with TOLLGATED_FLEET_BENCH=1 (make bench-fleet)")
-	}
+// tollgated CPU-second (the hot path's cost per node). Its rounds are
+// timed windows, each once whatever b.N (make bench-fleet runs it with
+// -benchtime 1x); its figures are in BENCHMARKS.md.
+func BenchmarkFleetCost(b *testing.B) {
+	t := b
 	const loadConns, benchWindow = 8, 5 * time.Second
 	cluster := pgtest.Own(t, pgtest.Options{Durable: true})
 	url := cluster.URL()

@@ -17,7 +17,7 @@ import (
 
 // httpCall sends one request to a running daemon and returns the status,
 // content type and body.
-func httpCall(t *testing.T, method, url, auth string, body []byte) (int, string, []byte) {
+func httpCall(t testing.TB, method, url, auth string, body []byte) (int, string, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(method, url, bytes.NewReader(body))
 	if err != nil {

@@ -25,7 +25,7 @@ const testAdminToken = "tga_test-admin-token-0123456789abcdef"
 // proc is a real tollgated process (the test binary re-executed as the
 // daemon, see TestMain), on loopback ports it chose itself.
 type proc struct {
-	t           *testing.T
+	t           testing.TB
 	cmd         *exec.Cmd
 	listen, adm string
 	lines       chan string
@@ -37,13 +37,13 @@ type proc struct {
 
 // startProc starts tollgated on dataDir with extra flags and waits until
 // it is ready.
-func startProc(t *testing.T, dataDir string, extra ...string) *proc {
+func startProc(t testing.TB, dataDir string, extra ...string) *proc {
 	t.Helper()
 	return startProcEnv(t, dataDir, nil, extra...)
 }
 
 // startProcEnv is startProc with extra environment variables.
-func startProcEnv(t *testing.T, dataDir string, env []string, extra ...string) *proc {
+func startProcEnv(t testing.TB, dataDir string, env []string, extra ...string) *proc {
 	t.Helper()
 	args := append([]string{"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--data-dir", dataDir,
 		"--shards", "2", "--shutdown-grace", "2s"}, extra...)
