@@ -6,8 +6,8 @@
 //
 // The clock only ever jumps forward. A jump closes the channel Jumped
 // returned before it, so a goroutine sleeping until a deadline on the
-// clock wakes and measures again: a real timer alone would keep waiting
-// the real time it was armed with.
+// clock (the control plane) wakes and measures again: a real timer alone
+// would keep waiting the real time it was armed with.
 //
 // Transport time (I/O deadlines, shutdown grace, a spool's fsync pacing)
 // is not the clock's: a test that advances the clock does not make a
@@ -82,25 +82,4 @@ func (c *Clock) Advance(d time.Duration) {
 	c.offset.Add(int64(d))
 	next := make(chan struct{})
 	close(*c.jumped.Swap(&next))
-}
-
-// Sleep waits until the clock reads at least until, or stop is closed; it
-// reports whether the time came. A jump past until ends it at once.
-func (c *Clock) Sleep(until int64, stop <-chan struct{}) bool {
-	for {
-		jumped := c.Jumped()
-		d := time.Duration(until - c.Now())
-		if d <= 0 {
-			return true
-		}
-		t := time.NewTimer(d)
-		select {
-		case <-stop:
-			t.Stop()
-			return false
-		case <-t.C:
-		case <-jumped:
-			t.Stop()
-		}
-	}
 }

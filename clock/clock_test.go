@@ -20,35 +20,18 @@ func TestANilClockIsTheWallClock(t *testing.T) {
 func TestAdvanceMovesEveryReadingAndWakesSleepers(t *testing.T) {
 	c := New()
 	start := c.Now()
-	woke := make(chan bool)
-	go func() { woke <- c.Sleep(start+int64(time.Hour), nil) }()
 	jumped := c.Jumped()
+	woke := make(chan int64)
+	go func() { <-jumped; woke <- c.Now() }()
 	c.Advance(time.Hour)
-	select {
-	case <-jumped:
-	default:
-		t.Fatal("Advance left Jumped open")
+	if at := <-woke; at-start < int64(time.Hour) {
+		t.Fatalf("the sleeper woke to a clock %v later, not an hour", time.Duration(at-start))
 	}
-	if !<-woke {
-		t.Fatal("the sleeper did not report the time came")
-	}
-	if got := c.Now() - start; got < int64(time.Hour) {
-		t.Fatalf("an hour later the clock moved %v", time.Duration(got))
+	if c.Jumped() == jumped {
+		t.Fatal("the next jump would find Jumped already closed")
 	}
 	if c.Offset() != time.Hour || c.Time().Sub(time.Now()) < 59*time.Minute {
 		t.Fatalf("offset %v, Time %v ahead", c.Offset(), c.Time().Sub(time.Now()))
-	}
-}
-
-func TestSleepEndsOnStop(t *testing.T) {
-	c := New()
-	stop := make(chan struct{})
-	close(stop)
-	if c.Sleep(c.Now()+int64(time.Hour), stop) {
-		t.Fatal("Sleep reported the time came when stopped")
-	}
-	if !c.Sleep(c.Now()-1, stop) {
-		t.Fatal("a deadline already past is not reached")
 	}
 }
 

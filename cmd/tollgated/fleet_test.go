@@ -696,6 +696,33 @@ func settledOnce(t *testing.T, url string, id core.AccountID, loads []*acked, un
 	}
 }
 
+// servedSteadily fails t unless load a, on a live node, was refused only
+// where a request's funding wait ran out (503 lease-*), and in at most one
+// answer of a hundred. A request waits shard.DefaultFundingWait (200 ms)
+// for its shard's next slice, which a race-built node on a busy machine
+// misses now and then (make test's CPUs are shared with the simulator in
+// CI); a node that stopped serving, or funds that could not be spent,
+// would be refused on nearly every request, and any other refusal is a
+// bug.
+func servedSteadily(t *testing.T, name string, a *acked) {
+	t.Helper()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	waits := 0
+	for d, k := range a.denied {
+		if !strings.HasPrefix(d, "503 lease-") {
+			t.Fatalf("%s: answered %d× %s (all refusals %v)", name, k, d, a.denied)
+		}
+		waits += k
+	}
+	if waits*100 > len(a.units) {
+		t.Fatalf("%s: %d funding waits ran out against %d acknowledged checks", name, waits, len(a.units))
+	}
+	if waits > 0 {
+		t.Logf("%s: %d funding waits ran out (%v), %d checks acknowledged", name, waits, a.denied, len(a.units))
+	}
+}
+
 // TestFleetSurvivesKilledNodes: three nodes under load on one account.
 // Node 1 is killed with SIGKILL and restarted on its data directory: every
 // request it acknowledged is billed once and it forfeits nothing (it bills
@@ -754,10 +781,11 @@ func TestFleetSurvivesKilledNodes(t *testing.T) {
 	loads[0].awaitAcked(t, loads[0].count()+served)
 	loads[2].awaitAcked(t, loads[2].count()+served)
 	for j, i := range []int{0, 2} {
-		if loads[i].count() <= before[j] || len(loads[i].denied) > 0 {
-			t.Fatalf("node %d while node 1 was down and back: %d acknowledged before, %d after; denials %v",
-				i, before[j], loads[i].count(), loads[i].denied)
+		if loads[i].count() <= before[j] {
+			t.Fatalf("node %d while node 1 was down and back: %d acknowledged before, %d after",
+				i, before[j], loads[i].count())
 		}
+		servedSteadily(t, fmt.Sprintf("node %d while node 1 was down and back", i), loads[i])
 	}
 	s, err := pgstore.Open(t.Context(), url, pgstore.Options{UsageHistory: 1 << 20})
 	if err != nil {
@@ -806,9 +834,7 @@ func TestFleetSurvivesKilledNodes(t *testing.T) {
 		t.Fatalf("loss %d after node 2's leases were forfeited; it held %d", acct.Loss, held)
 	}
 	for i := range 2 {
-		if len(loads[i].denied) > 0 {
-			t.Fatalf("node %d refused while node 2 was gone: %v", i, loads[i].denied)
-		}
+		servedSteadily(t, fmt.Sprintf("node %d while node 2 was gone", i), loads[i])
 	}
 
 	// Node 2 returns after all: its spool bills against the forfeit.

@@ -3,12 +3,10 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
 	"regexp"
-	"strings"
 	"testing"
 	"time"
 
@@ -105,18 +103,11 @@ func TestTheDaemonsClockAdvances(t *testing.T) {
 // answer, which must have status want.
 func (p *proc) dataCall(key, path, body string, want int) map[string]any {
 	p.t.Helper()
-	req, _ := http.NewRequest("POST", "http://"+p.listen+path, strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+key)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		p.t.Fatal(err)
+	st, _, raw := httpCall(p.t, "POST", "http://"+p.listen+path, "Bearer "+key, []byte(body))
+	if st != want {
+		p.t.Fatalf("POST %s = %d %s, want %d", path, st, raw, want)
 	}
-	defer resp.Body.Close()
 	var m map[string]any
-	raw, _ := io.ReadAll(resp.Body)
 	json.Unmarshal(raw, &m)
-	if resp.StatusCode != want {
-		p.t.Fatalf("POST %s = %d %s, want %d", path, resp.StatusCode, raw, want)
-	}
 	return m
 }
