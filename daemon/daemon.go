@@ -71,6 +71,7 @@ type Daemon struct {
 	announce   *fleet.Announcements // nil on the embedded ledger
 	followFrom uint64
 	changeLag  prometheus.Histogram
+	changes    *prometheus.CounterVec // changes applied, by how the follower learned of them
 	refreshes  *prometheus.CounterVec // funds refreshes by kind and result
 	nodeID     string                 // the billed-event stream's source: the incarnation's holder name
 	// storage is the spool's health as the shards read it (storage.go).
@@ -425,7 +426,7 @@ func (d *Daemon) startAdmin(ctx context.Context, hasher *credential.Hasher) erro
 	reg.MustRegister(newNodeCollector(d), newBuildInfoCollector(d.cfg.Build),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if d.changeLag != nil {
-		reg.MustRegister(d.changeLag, d.refreshes)
+		reg.MustRegister(d.changeLag, d.changes, d.refreshes)
 	}
 	// The dashboard's history samples the node's own series alone.
 	history := prometheus.NewRegistry()

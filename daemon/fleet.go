@@ -39,8 +39,15 @@ func (d *Daemon) prepareFollower(ctx context.Context) error {
 		// The bound the fleet holds is 100 ms at p99 (docs/FLEET.md).
 		Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
 	})
+	d.changes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tollgated_fleet_changes_total",
+		Help: "Changes of the fleet's change log this node applied, by how it learned of them: \"heard\" (a notification, or a (re)connection) or \"polled\" (its periodic read found one unannounced: notifications are being lost).",
+	}, []string{"learned"})
 	d.follower = &fleet.Follower{Store: d.store, Source: pg, Publish: d.prov, Now: d.cfg.Clock.Time,
-		Applied: func(_ pgstore.Change, lag time.Duration) { d.changeLag.Observe(lag.Seconds()) },
+		Applied: func(c pgstore.Change, lag time.Duration) {
+			d.changeLag.Observe(lag.Seconds())
+			d.changes.WithLabelValues(learnedBy(c)).Inc()
+		},
 		OnError: func(c pgstore.Change, err error) {
 			d.log.Error().Err(err).Uint64("change", c.ID).Str("kind", string(c.Kind)).Str("account", string(c.Account)).
 				Msg("a change another node made could not reach this node's shards; retrying")
@@ -56,6 +63,14 @@ func (d *Daemon) prepareFollower(ctx context.Context) error {
 			d.log.Error().Err(err).Bool("all", all).Msg("funding moved by usage on the fleet could not reach this node's shards; retrying")
 		}}
 	return nil
+}
+
+// learnedBy is the learned label of a change applied.
+func learnedBy(c pgstore.Change) string {
+	if c.Heard {
+		return "heard"
+	}
+	return "polled"
 }
 
 // announcer is what the plane announces to the other nodes of a fleet

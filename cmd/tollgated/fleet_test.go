@@ -27,23 +27,14 @@ import (
 )
 
 // propagationBound is how soon an admin change made through one node must
-// stop or start requests on every other node, at the 99th percentile.
+// stop or start requests on every other node, at the 99th percentile. It
+// is held where latency means something: on plain builds (make
+// bench-fleet). make test's nodes are this test binary built with -race,
+// whose instrumentation multiplies what every step of a change costs,
+// and its CPUs are shared; there the order is held instead: every change
+// reaches every node because the node heard of it, none because its
+// two-second poll of the change log found it.
 const propagationBound = 100 * time.Millisecond
-
-// testedPropagationBound is the bound the test holds the daemons it starts
-// to: propagationBound, or ten times it when they are this test binary
-// built with -race (make test), whose instrumentation multiplies the CPU
-// every step of a change costs. There the bound only catches changes that
-// are not pushed to the other nodes as they commit, and make test passes
-// on a machine kept busy beside it (with one CPU of two busy, -race
-// measured a p99 of 450 ms). make bench-fleet runs the test without -race
-// against propagationBound itself: that is where the latency is held.
-func testedPropagationBound() time.Duration {
-	if raceEnabled {
-		return 10 * propagationBound
-	}
-	return propagationBound
-}
 
 // fleetSecret is the server secret every node of a test fleet shares: keys
 // are digested under it, and the ledger refuses a node with another.
@@ -285,15 +276,23 @@ func TestFleetPropagatesAdminChanges(t *testing.T) {
 		}
 	}
 	p50, p99 := percentile(bounded, 0.5), percentile(bounded, 0.99)
-	t.Logf("suspensions, keys, revocations, policies, platform tokens on 2 nodes: %d samples, from commit p50 %.2f ms, p99 %.2f ms (bound %v)",
-		len(bounded), ms(p50), ms(p99), testedPropagationBound())
+	t.Logf("suspensions, keys, revocations, policies, platform tokens on 2 nodes: %d samples, from commit p50 %.2f ms, p99 %.2f ms",
+		len(bounded), ms(p50), ms(p99))
 	for _, n := range nodes[1:] {
 		within, total := changeLag(t, n, propagationBound)
-		t.Logf("node %s: %d of %d changes reached its shards within %v of their commit (tollgated_fleet_change_lag_seconds)",
-			n.adm, within, total, propagationBound)
+		heard := n.metric(`tollgated_fleet_changes_total{learned="heard"}`)
+		polled := n.metric(`tollgated_fleet_changes_total{learned="polled"}`)
+		t.Logf("node %s: %d of %d changes reached its shards within %v of their commit; %.0f heard of, %.0f found by the poll",
+			n.adm, within, total, propagationBound, heard, polled)
+		// A poll may read a change in the instant between its commit and
+		// its notification; notifications that stopped would leave every
+		// change to the poll.
+		if heard == 0 || polled*100 > heard+polled {
+			t.Errorf("node %s heard of %.0f changes and found %.0f by its poll: changes are not pushed to it", n.adm, heard, polled)
+		}
 	}
-	if bound := testedPropagationBound(); p99 > bound {
-		t.Fatalf("p99 propagation %v exceeds %v (race detector: %v)", p99, bound, raceEnabled)
+	if !raceEnabled && p99 > propagationBound {
+		t.Fatalf("p99 propagation %v exceeds %v", p99, propagationBound)
 	}
 
 	// Catch-up: every node's listening connection is cut, and the change

@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -57,6 +58,11 @@ type Change struct {
 	Key     string         // the key's id, for ChangeKey
 	Token   string         // the platform or admin token's id, for ChangePlatformToken and ChangeAdminToken
 	At      time.Time      // the changing transaction's start, by the database's clock
+	// Heard (set by Follow) says the follower had heard of the change —
+	// its notification, or the newest id read at a (re)connection — when
+	// it read it; false: its periodic poll found it unannounced (a lost
+	// notification, or a rare read between a commit and its notification).
+	Heard bool
 }
 
 type change struct {
@@ -239,9 +245,13 @@ func (s *Store) Follow(ctx context.Context, after uint64, fn func(Change) error)
 	ctx, cancel := context.WithCancel(ctx)
 	wake := make(chan struct{}, 1)
 	listening := make(chan struct{})
+	var heard atomic.Uint64 // the newest id Listen announced; only its goroutine writes
 	go func() {
 		defer close(listening)
-		s.Listen(ctx, func(uint64) error {
+		s.Listen(ctx, func(id uint64) error {
+			if id > heard.Load() {
+				heard.Store(id)
+			}
 			select {
 			case wake <- struct{}{}:
 			default: // a wake-up is already pending: it reads everything
@@ -258,6 +268,7 @@ func (s *Store) Follow(ctx context.Context, after uint64, fn func(Change) error)
 				break // the database is away: the next wake-up or poll reads again
 			}
 			for _, c := range cs {
+				c.Heard = c.ID <= heard.Load()
 				if err := fn(c); err != nil {
 					return err
 				}
