@@ -279,30 +279,22 @@ failed=0
 names=(baseline)
 (( base_runs == 2 )) && names+=(baseline256)
 names+=("${scenarios[@]}")
-for (( r = 1; r <= ROUNDS; r++ )); do
-	order=("${names[@]}")
-	if (( r % 2 == 0 )); then
-		order=()
-		for (( i = ${#names[@]} - 1; i >= 0; i-- )); do order+=("${names[$i]}"); done
+# show_one ROUND NAME prints one run's figures, against its reference's.
+show_one() {
+	local n=$2 r=$1 ref
+	if [[ -z "${r_rps[$n,$r]:-}" ]]; then
+		printf '  %-11s FAILED\n' "$n"
+		return
 	fi
-	for n in "${order[@]}"; do
-		run_one "$r" "$n"
-	done
-	echo "round $r"
-	for n in "${names[@]}"; do
-		if [[ -z "${r_rps[$n,$r]:-}" ]]; then
-			printf '  %-11s FAILED\n' "$n"
-			continue
-		fi
-		ref=$(reference "$n")
-		awk -v n="$n" -v ref="$ref" -v rps="${r_rps[$n,$r]}" -v p99="${r_p99[$n,$r]}" -v cpu="${r_cpu[$n,$r]}" \
-			-v busy="${r_busy[$n,$r]}" -v brps="${r_rps[$ref,$r]:-}" -v bcpu="${r_cpu[$ref,$r]:-}" 'BEGIN {
-			line = sprintf("  %-11s %8.0f req/s  p99 %8.1f µs  CPU %6.2f µs/%s (busy %3d%%)", n, rps, p99, cpu, (n == "staged" ? "op " : "req"), busy)
-			if (n !~ /^baseline/ && brps != "")
-				line = line sprintf("  |  vs %s: throughput %.3f, CPU %.3f", ref, rps / brps, cpu / bcpu)
-			print line }'
-	done
-done
+	ref=$(reference "$n")
+	awk -v n="$n" -v ref="$ref" -v rps="${r_rps[$n,$r]}" -v p99="${r_p99[$n,$r]}" -v cpu="${r_cpu[$n,$r]}" \
+		-v busy="${r_busy[$n,$r]}" -v brps="${r_rps[$ref,$r]:-}" -v bcpu="${r_cpu[$ref,$r]:-}" 'BEGIN {
+		line = sprintf("  %-11s %8.0f req/s  p99 %8.1f µs  CPU %6.2f µs/%s (busy %3d%%)", n, rps, p99, cpu, (n == "staged" ? "op " : "req"), busy)
+		if (n !~ /^baseline/ && brps != "")
+			line = line sprintf("  |  vs %s: throughput %.3f, CPU %.3f", ref, rps / brps, cpu / bcpu)
+		print line }'
+}
+rounds run_one show_one "${names[@]}"
 
 # stats FORMAT V... prints min/median/max of the values.
 stats() {

@@ -235,28 +235,6 @@ run_one() { # ROUND NAME
 	fi
 }
 
-# rounds RUN SHOW NAME...: ROUNDS rounds, each measuring every NAME once
-# with RUN ROUND NAME (the order reversed in even rounds, so no server
-# always runs first or last), then printing each with SHOW ROUND NAME.
-rounds() {
-	local run=$1 show=$2 r i n order
-	shift 2
-	for (( r = 1; r <= ROUNDS; r++ )); do
-		order=("$@")
-		if (( r % 2 == 0 )); then
-			order=()
-			for (( i = $#; i >= 1; i-- )); do order+=("${!i}"); done
-		fi
-		for n in "${order[@]}"; do
-			"$run" "$r" "$n"
-		done
-		echo "round $r"
-		for n in "$@"; do
-			"$show" "$r" "$n"
-		done
-	done
-}
-
 names=(baseline tollgated "${peers[@]}")
 echo
 echo "Peers: closed loop from wrk, $CONNS connections, ${ROUND_SECS}s measured after ${WARMUP_SECS}s of warm-up, $ROUNDS rounds"

@@ -1,8 +1,9 @@
 # bench/wrkrun.sh — the measurement bench/http.sh and bench/peers.sh share:
-# one wrk run against a server, and the server's CPU over it. Sourced, not
+# one wrk run against a server, the server's CPU over it, and the
+# interleaved rounds they are taken in. Sourced, not
 # run. The caller sets: work (a scratch directory), load_pin (an array: the
 # taskset prefix of the load generator, or empty), WARMUP_SECS, ROUND_SECS,
-# and WRK_LUA (bench/wrk.lua).
+# WRK_LUA (bench/wrk.lua) and, for rounds, ROUNDS.
 
 # cpu_ticks PID... prints the user + system time of the processes, summed,
 # in clock ticks (/proc/PID/stat fields 14 and 15).
@@ -74,4 +75,26 @@ wrk_measure() {
 		for (i = 2; i < n; i += 2) v[f[i]] = f[i + 1]
 		cpu = c / hz * 1e6
 		printf "%.0f %.1f %.1f %.2f %.0f\n", v["rps"], v["p50_us"], v["p99_us"], cpu / v["requests"], cpu / (ns / 1e3) * 100 }'
+}
+
+# rounds RUN SHOW NAME...: ROUNDS rounds, each measuring every NAME once
+# with RUN ROUND NAME (the order reversed in even rounds, so no server
+# always runs first or last), then printing each with SHOW ROUND NAME.
+rounds() {
+	local run=$1 show=$2 r i n order
+	shift 2
+	for (( r = 1; r <= ROUNDS; r++ )); do
+		order=("$@")
+		if (( r % 2 == 0 )); then
+			order=()
+			for (( i = $#; i >= 1; i-- )); do order+=("${!i}"); done
+		fi
+		for n in "${order[@]}"; do
+			"$run" "$r" "$n"
+		done
+		echo "round $r"
+		for n in "$@"; do
+			"$show" "$r" "$n"
+		done
+	done
 }
