@@ -25,6 +25,7 @@ import (
 	"github.com/tollgated/tollgated/control"
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/credential"
+	"github.com/tollgated/tollgated/httploop"
 	"github.com/tollgated/tollgated/internal/await"
 	"github.com/tollgated/tollgated/ledger"
 	"github.com/tollgated/tollgated/ledger/boltstore"
@@ -53,6 +54,12 @@ func bindNode(t testing.TB, shards int) *testNode {
 // spool if durable.
 func bindNodeAck(t testing.TB, shards int, durable bool) *testNode {
 	t.Helper()
+	return bindNodeLoop(t, shards, durable, httploop.Config{})
+}
+
+// bindNodeLoop is bindNodeAck with the shards' loop configured.
+func bindNodeLoop(t testing.TB, shards int, durable bool, loop httploop.Config) *testNode {
+	t.Helper()
 	useProcs(t, shards)
 	dir := t.TempDir()
 	store, err := boltstore.Open(filepath.Join(dir, "ledger.db"), boltstore.Options{})
@@ -71,6 +78,7 @@ func bindNodeAck(t testing.TB, shards int, durable bool) *testNode {
 	exporter := control.NewExporter(sp, store, "test-node", 4096)
 	n, err := Bind(Config{
 		Listen: "127.0.0.1:0", CPUs: make([]int, shards), Secret: secret, MaxReservations: 4096, Durable: durable,
+		Loop: loop,
 		Plane: control.Config{Store: store, Spool: sp, Appended: sp.Stats().Appended, Holder: "test-node",
 			IsFull: func(err error) bool { return errors.Is(err, spool.ErrFull) }},
 		Log: zerolog.Nop(),
