@@ -239,14 +239,19 @@ names=(baseline tollgated "${peers[@]}")
 echo
 echo "Peers: closed loop from wrk, $CONNS connections, ${ROUND_SECS}s measured after ${WARMUP_SECS}s of warm-up, $ROUNDS rounds"
 echo "load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)"
-show_one() { # ROUND NAME
-	if [[ -z "${r_rps[$2,$1]:-}" ]]; then
-		printf '  %-11s FAILED\n' "$2"
+# print_run NAME RATE P99 CPU REDIS RATE_UNIT CPU_UNIT prints one run's
+# line of a round (FAILED when it has no rate).
+print_run() {
+	if [[ -z "$2" ]]; then
+		printf '  %-11s FAILED\n' "$1"
 		return
 	fi
 	local extra=""
-	[[ -z "${r_redis[$2,$1]:-}" ]] || extra=" (of which Redis ${r_redis[$2,$1]})"
-	printf '  %-11s %8.0f req/s  p99 %9.1f µs  CPU %7.2f µs/req%s\n' "$2" "${r_rps[$2,$1]}" "${r_p99[$2,$1]}" "${r_cpu[$2,$1]}" "$extra"
+	[[ -z "$5" ]] || extra=" (of which Redis $5)"
+	printf '  %-11s %8.0f %s  p99 %9.1f µs  CPU %7.2f µs/%s%s\n' "$1" "$2" "$6" "$3" "$4" "$7" "$extra"
+}
+show_one() { # ROUND NAME
+	print_run "$2" "${r_rps[$2,$1]:-}" "${r_p99[$2,$1]:-}" "${r_cpu[$2,$1]:-}" "${r_redis[$2,$1]:-}" req/s req
 }
 rounds run_one show_one "${names[@]}"
 
@@ -324,13 +329,7 @@ if (( grpc_servers > 0 )); then
 	echo
 	echo "gRPC ShouldRateLimit: closed loop from bench/grpcload, 2 connections × $(( CONNS / 2 > 0 ? CONNS / 2 : 1 )) calls in flight, ${ROUND_SECS}s measured after ${WARMUP_SECS}s, $ROUNDS rounds"
 	grpc_show() { # ROUND NAME
-		if [[ -z "${g_cps[$2,$1]:-}" ]]; then
-			printf '  %-11s FAILED\n' "$2"
-			return
-		fi
-		local extra=""
-		[[ -z "${g_redis[$2,$1]:-}" ]] || extra=" (of which Redis ${g_redis[$2,$1]})"
-		printf '  %-11s %8.0f calls/s  p99 %7d µs  CPU %7.2f µs/call%s\n' "$2" "${g_cps[$2,$1]}" "${g_p99[$2,$1]}" "${g_cpu[$2,$1]}" "$extra"
+		print_run "$2" "${g_cps[$2,$1]:-}" "${g_p99[$2,$1]:-}" "${g_cpu[$2,$1]:-}" "${g_redis[$2,$1]:-}" calls/s call
 	}
 	rounds grpc_one grpc_show "${gnames[@]}"
 	echo
