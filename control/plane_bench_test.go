@@ -66,6 +66,7 @@ type benchShard struct {
 	waiting    int64
 	acks, oks  int64
 	handoff    chan string // reservations the previous shard admitted, to cancel here
+	next       *benchShard // the shard that cancels this one's reservations
 	keys       []string
 	checkBody  []byte
 	cancelBody []byte
@@ -121,6 +122,9 @@ func newBenchRig(b *testing.B, n int, checkBody string, slice core.CostUnits) *b
 			bs.acks++
 			if bs.scratch.StatusCode() == 200 {
 				bs.oks++
+				// An admit that waited for funding is handed on
+				// like one answered at once.
+				bs.handOff(bs.scratch.Body())
 			}
 		})
 		shards[i], links[i] = bs, Link{In: in, Out: out, Durable: s.DurableMark()}
@@ -192,19 +196,21 @@ func benchPlane(b *testing.B, n int) {
 	rig := newBenchRig(b, n, `{"workload":[{"op":"requests","count":1000}]}`, 0)
 	defer rig.close()
 	shards, p, planeTID := rig.shards, rig.plane, rig.planeTID
+	for i, bs := range shards {
+		bs.next = shards[(i+1)%n]
+	}
 
 	// Warm up until every shard has been funded, then measure.
 	var total atomic.Int64
 	var quit atomic.Bool
 	drive := func(limit int64) {
 		var dw sync.WaitGroup
-		for i, bs := range shards {
+		for _, bs := range shards {
 			dw.Add(1)
 			go func() {
 				defer dw.Done()
-				next := shards[(i+1)%n]
 				for it := 0; !quit.Load() && total.Load() < limit; it++ {
-					k := bs.iterate(it, next)
+					k := bs.iterate(it)
 					total.Add(int64(k))
 					runtime.Gosched()
 				}
@@ -264,7 +270,7 @@ func benchPlane(b *testing.B, n int) {
 // iterate is one shard loop iteration: checks, an admit whose reservation
 // the next shard cancels, the cancellations handed to this one, a poll. It
 // returns the requests it served.
-func (bs *benchShard) iterate(it int, next *benchShard) int {
+func (bs *benchShard) iterate(it int) int {
 	now := time.Now().UnixNano()
 	served := 0
 	if bs.waiting < benchMaxWaiting {
@@ -276,12 +282,7 @@ func (bs *benchShard) iterate(it int, next *benchShard) int {
 		bs.serve("/v1/admit", key, bs.checkBody, now)
 		served++
 		if bs.resp.StatusCode() == 200 {
-			if r := reservationOf(bs.resp.Body()); r != "" {
-				select {
-				case next.handoff <- r:
-				default: // the next shard is behind: let this one lapse
-				}
-			}
+			bs.handOff(bs.resp.Body())
 		}
 		for range 2 {
 			select {
@@ -296,6 +297,19 @@ func (bs *benchShard) iterate(it int, next *benchShard) int {
 	}
 	bs.s.Poll(time.Now().UnixNano())
 	return served
+}
+
+// handOff gives the reservation an admit's answer names, if any, to the
+// next shard to cancel.
+func (bs *benchShard) handOff(answer []byte) {
+	r := reservationOf(answer)
+	if r == "" || bs.next == nil {
+		return
+	}
+	select {
+	case bs.next.handoff <- r:
+	default: // the next shard is behind: let this one lapse
+	}
 }
 
 func (bs *benchShard) serve(path, key string, body []byte, now int64) {
