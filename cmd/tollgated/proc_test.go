@@ -76,7 +76,14 @@ func startProcEnv(t testing.TB, dataDir string, env []string, extra ...string) *
 		close(p.lines)
 		p.exited <- cmd.Wait()
 	}()
-	t.Cleanup(func() { cmd.Process.Kill() })
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		if t.Failed() {
+			// What the daemon said is what explains a failure that
+			// does not happen twice.
+			t.Logf("tollgated's log (%s):\n%s", dataDir, lastBytes(p.all.String(), 16<<10))
+		}
+	})
 	ready := p.waitFor("tollgated ready", 15*time.Second)
 	var m struct{ Listen, Admin string }
 	if err := json.Unmarshal([]byte(ready), &m); err != nil || m.Listen == "" || m.Admin == "" {
@@ -84,6 +91,18 @@ func startProcEnv(t testing.TB, dataDir string, env []string, extra ...string) *
 	}
 	p.listen, p.adm = m.Listen, m.Admin
 	return p
+}
+
+// lastBytes is the end of s, at most n bytes from a line's start.
+func lastBytes(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[len(s)-n:]
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	return s
 }
 
 // waitFor returns the first log line containing what.
