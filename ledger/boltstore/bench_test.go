@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/tollgated/tollgated/ledger"
-	"github.com/tollgated/tollgated/ledger/ledgertest"
+	"github.com/tollgated/tollgated/internal/ledgertest"
 )
 
 // Every mutation below is one committed, fsync'd bbolt transaction, so

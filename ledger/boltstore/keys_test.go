@@ -12,7 +12,7 @@ import (
 
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/ledger"
-	"github.com/tollgated/tollgated/ledger/ledgertest"
+	"github.com/tollgated/tollgated/internal/ledgertest"
 )
 
 // encodeSchema2Key is a key as schema 2 wrote it.

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/tollgated/tollgated/ledger"
-	"github.com/tollgated/tollgated/ledger/ledgertest"
+	"github.com/tollgated/tollgated/internal/ledgertest"
 )
 
 // open is the conformance suite's opener: one file per directory.

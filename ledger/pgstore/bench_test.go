@@ -16,7 +16,7 @@ import (
 	"github.com/tollgated/tollgated/internal/pgtest"
 	"github.com/tollgated/tollgated/ledger"
 	"github.com/tollgated/tollgated/ledger/boltstore"
-	"github.com/tollgated/tollgated/ledger/ledgertest"
+	"github.com/tollgated/tollgated/internal/ledgertest"
 )
 
 // backends opens a fresh store of each kind.

@@ -11,7 +11,7 @@ import (
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/internal/pgtest"
 	"github.com/tollgated/tollgated/ledger"
-	"github.com/tollgated/tollgated/ledger/ledgertest"
+	"github.com/tollgated/tollgated/internal/ledgertest"
 )
 
 // TestFilteredPagesReadABoundedNumberOfAccounts: ledgertest's

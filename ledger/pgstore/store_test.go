@@ -12,7 +12,7 @@ import (
 
 	"github.com/tollgated/tollgated/internal/pgtest"
 	"github.com/tollgated/tollgated/ledger"
-	"github.com/tollgated/tollgated/ledger/ledgertest"
+	"github.com/tollgated/tollgated/internal/ledgertest"
 )
 
 // TestMain runs the tests against a throwaway PostgreSQL whose template

@@ -13,7 +13,7 @@ import (
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/ledger"
 	"github.com/tollgated/tollgated/ledger/boltstore"
-	"github.com/tollgated/tollgated/ledger/ledgertest"
+	"github.com/tollgated/tollgated/internal/ledgertest"
 )
 
 // broken wraps a working backend and gets one thing wrong, the way a
