@@ -48,6 +48,7 @@ type Loop struct {
 
 	ln     int // listener; -1 once closed
 	epfd   int
+	park   *parker // nil where the runtime's poller refused the epoll fd: idle sleeps in epoll_wait
 	events []unix.EpollEvent
 	ev     unix.EpollEvent // argument of epoll_ctl, a field so it does not escape per call
 
@@ -181,6 +182,8 @@ func (l *Loop) setup() error {
 			return err
 		}
 	}
+	// Without a parker idle sleeps cost more, and nothing else changes.
+	l.park, _ = newParker(l.epfd)
 	return nil
 }
 
@@ -203,13 +206,17 @@ func (l *Loop) Stats() Stats {
 }
 
 // wait is epoll_wait, with BeforeBlock run between a poll that found
-// nothing and the blocking wait.
-func (l *Loop) wait(timeout int) (int, error) {
+// nothing and the blocking wait; an idle wait parks in the runtime's
+// poller (park.go).
+func (l *Loop) wait(timeout int, idle bool) (int, error) {
 	if timeout != 0 && l.cfg.BeforeBlock != nil {
 		if n, err := unix.EpollWait(l.epfd, l.events, 0); n != 0 || err != nil {
 			return n, err
 		}
 		l.cfg.BeforeBlock()
+	}
+	if idle && timeout > 0 && l.park != nil {
+		return l.park.wait(l.epfd, l.events, time.Duration(timeout)*time.Millisecond)
 	}
 	return unix.EpollWait(l.epfd, l.events, timeout)
 }
@@ -226,7 +233,8 @@ func (l *Loop) Run() error {
 	quiet := false // the last wait brought nothing
 	for {
 		timeout := int(tick / int64(time.Millisecond))
-		if quiet && l.cfg.Quiet != nil && l.cfg.Quiet() {
+		idle := quiet && l.cfg.Quiet != nil && l.cfg.Quiet()
+		if idle {
 			timeout = int(l.cfg.IdleTick / time.Millisecond)
 		}
 		if len(l.ready) > 0 || len(l.sendq) > 0 || l.acceptMore {
@@ -244,7 +252,7 @@ func (l *Loop) Run() error {
 		if w != nil && !w.BeginSleep() {
 			woke, timeout = true, 0
 		}
-		n, err := l.wait(timeout)
+		n, err := l.wait(timeout, idle)
 		if w != nil {
 			w.EndSleep()
 		}
@@ -437,6 +445,10 @@ func (l *Loop) closeFDs() {
 	if l.ring != nil {
 		l.ring.close()
 		l.ring = nil
+	}
+	if l.park != nil {
+		l.park.close()
+		l.park = nil
 	}
 	if l.epfd >= 0 {
 		unix.Close(l.epfd)
