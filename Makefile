@@ -48,7 +48,7 @@ FUZZFLAGS ?=
 # (internal/sim) after the ones make test runs, starting at SEED, in
 # parallel; a failure names its test and seed, and
 # `make sim SEED=<it> SEEDS=1` replays it exactly. STEPS=0 keeps the
-# default; CI runs a thousand seeds at STEPS=800.
+# default; CI runs four hundred seeds at STEPS=800.
 SEEDS ?= 50
 SEED  ?= 1000
 STEPS ?= 0
