@@ -11,9 +11,9 @@ import (
 	"testing"
 
 	"github.com/tollgated/tollgated/core"
+	"github.com/tollgated/tollgated/internal/ledgertest"
 	"github.com/tollgated/tollgated/ledger"
 	"github.com/tollgated/tollgated/ledger/boltstore"
-	"github.com/tollgated/tollgated/internal/ledgertest"
 )
 
 // broken wraps a working backend and gets one thing wrong, the way a

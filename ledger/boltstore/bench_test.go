@@ -5,8 +5,8 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/tollgated/tollgated/ledger"
 	"github.com/tollgated/tollgated/internal/ledgertest"
+	"github.com/tollgated/tollgated/ledger"
 )
 
 // Every mutation below is one committed, fsync'd bbolt transaction, so

@@ -11,8 +11,8 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/tollgated/tollgated/core"
-	"github.com/tollgated/tollgated/ledger"
 	"github.com/tollgated/tollgated/internal/ledgertest"
+	"github.com/tollgated/tollgated/ledger"
 )
 
 // encodeSchema2Key is a key as schema 2 wrote it.

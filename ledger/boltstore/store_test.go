@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgated/tollgated/ledger"
 	"github.com/tollgated/tollgated/internal/ledgertest"
+	"github.com/tollgated/tollgated/ledger"
 )
 
 // open is the conformance suite's opener: one file per directory.

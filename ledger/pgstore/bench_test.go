@@ -13,10 +13,10 @@ import (
 	"context"
 	"testing"
 
+	"github.com/tollgated/tollgated/internal/ledgertest"
 	"github.com/tollgated/tollgated/internal/pgtest"
 	"github.com/tollgated/tollgated/ledger"
 	"github.com/tollgated/tollgated/ledger/boltstore"
-	"github.com/tollgated/tollgated/internal/ledgertest"
 )
 
 // backends opens a fresh store of each kind.

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/tollgated/tollgated/core"
+	"github.com/tollgated/tollgated/internal/ledgertest"
 	"github.com/tollgated/tollgated/internal/pgtest"
 	"github.com/tollgated/tollgated/ledger"
-	"github.com/tollgated/tollgated/internal/ledgertest"
 )
 
 // TestFilteredPagesReadABoundedNumberOfAccounts: ledgertest's

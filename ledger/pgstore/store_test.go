@@ -10,9 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tollgated/tollgated/internal/ledgertest"
 	"github.com/tollgated/tollgated/internal/pgtest"
 	"github.com/tollgated/tollgated/ledger"
-	"github.com/tollgated/tollgated/internal/ledgertest"
 )
 
 // TestMain runs the tests against a throwaway PostgreSQL whose template
