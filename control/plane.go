@@ -19,8 +19,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/tollgated/tollgated/clock"
 	"github.com/tollgated/tollgated/control/durability"
 	"github.com/tollgated/tollgated/control/funding"
@@ -30,6 +28,7 @@ import (
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/credential"
 	"github.com/tollgated/tollgated/ledger"
+	"github.com/tollgated/tollgated/pollfile"
 	"github.com/tollgated/tollgated/ring"
 	"github.com/tollgated/tollgated/shard"
 )
@@ -353,21 +352,16 @@ func (p *Plane) Floor() uint64 {
 }
 
 // watchBells reads every shard's outbound doorbell through Go's netpoller
-// (a duplicate of its eventfd as a non-blocking *os.File), turning a ring
+// (a duplicate of its eventfd, package pollfile), turning a ring
 // into a kick on a channel. A doorbell that cannot be watched leaves that
 // shard on the busy beat alone.
 func (p *Plane) watchBells() []*os.File {
 	var files []*os.File
 	for i, l := range p.links {
-		fd, err := unix.Dup(l.Out.FD())
+		f, err := pollfile.Open(l.Out.FD(), "doorbell-"+strconv.Itoa(i))
 		if err != nil {
 			continue
 		}
-		if err := unix.SetNonblock(fd, true); err != nil {
-			unix.Close(fd)
-			continue
-		}
-		f := os.NewFile(uintptr(fd), "doorbell-"+strconv.Itoa(i))
 		files = append(files, f)
 		go func() {
 			var buf [8]byte

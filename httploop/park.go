@@ -2,12 +2,13 @@ package httploop
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tollgated/tollgated/pollfile"
 )
 
 // A loop with nothing due sleeps for IdleTick. Asleep in epoll_wait, its
@@ -29,24 +30,13 @@ type parker struct {
 }
 
 func newParker(epfd int) (*parker, error) {
-	fd, err := unix.FcntlInt(uintptr(epfd), unix.F_DUPFD_CLOEXEC, 0)
+	f, err := pollfile.Open(epfd, "epoll")
 	if err != nil {
-		return nil, fmt.Errorf("httploop: dup epoll fd: %w", err)
+		return nil, err
 	}
-	// Non-blocking, so that os.NewFile registers it with the poller;
-	// epoll_wait itself heeds only its timeout.
-	if err := unix.SetNonblock(fd, true); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("httploop: epoll fd non-blocking: %w", err)
-	}
-	p := &parker{f: os.NewFile(uintptr(fd), "epoll")}
-	// A deadline is accepted only by a file the poller took.
-	if err := p.f.SetReadDeadline(time.Time{}); err != nil {
-		p.f.Close()
-		return nil, fmt.Errorf("httploop: epoll fd not pollable: %w", err)
-	}
-	if p.rc, err = p.f.SyscallConn(); err != nil {
-		p.f.Close()
+	p := &parker{f: f}
+	if p.rc, err = f.SyscallConn(); err != nil {
+		f.Close()
 		return nil, err
 	}
 	return p, nil
