@@ -27,7 +27,7 @@ step env ROUNDS=1 ROUND_SECS=1 WARMUP_SECS=1 bash bench/ab-http.sh HEAD WORKTREE
 step env ROUNDS=1 ROUND_SECS=1 bash bench/loadgen.sh
 step env BENCHTIME=1000x bash bench/scale.sh active1k 1
 step go run ./cmd/loadtest --help
-# .ci/run simulates a thousand seeds of its own: here the command is what counts.
+# .ci/run simulates two hundred seeds of its own: here the command is what counts.
 step make sim SEEDS=20 STEPS=100
 # Idle phases of 16 s still leave the second half a short lease (5 s) has
 # ended in, so the idle targets are checked; about a minute and a half.

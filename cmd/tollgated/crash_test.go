@@ -139,6 +139,7 @@ func TestKill9LosesNoAcknowledgedUsage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts and kills real processes")
 	}
+	t.Parallel()
 	dir := t.TempDir()
 	flags := []string{"--lease-ttl", "5s", "--lease-grace", "1s", "--usage-history", "1000000"}
 	const funded, price = 60_000, 10
@@ -220,6 +221,7 @@ func TestSIGTERMReturnsUnspentUnitsAndBillsEverything(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real processes")
 	}
+	t.Parallel()
 	dir := t.TempDir()
 	const funded, price = 1_000_000, 10
 	p := startProc(t, dir, "--usage-history", "1000000")

@@ -123,6 +123,7 @@ func TestAFullDiskIsRefusedAtOnceAndRecoversByItself(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real processes")
 	}
+	t.Parallel()
 	mnt := smallFilesystem(t, "32m")
 	dir, filler := filepath.Join(mnt, "data"), filepath.Join(mnt, "filler")
 	p := startProc(t, dir, "--usage-history", "1000000")

@@ -195,6 +195,7 @@ func TestEventsStreamSurvivesRestartsAndCrashes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts and kills real processes")
 	}
+	t.Parallel()
 	dir := t.TempDir()
 	flags := []string{"--spool-segment-bytes", "4096", "--lease-ttl", "5s", "--lease-grace", "1s"}
 	const price = 7
@@ -327,6 +328,7 @@ func TestEventsRetentionExpiresOldCursors(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real processes")
 	}
+	t.Parallel()
 	dir := t.TempDir()
 	p := startProc(t, dir, "--spool-segment-bytes", "4096", "--event-archive-bytes", "8192")
 	key := p.provision("ev", 1<<40, 3)

@@ -179,6 +179,7 @@ func TestFleetPropagatesAdminChanges(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real processes")
 	}
+	t.Parallel()
 	url := pgtest.Database(t)
 	nodes := startFleet(t, url, 3)
 	a := nodes[0]
@@ -306,7 +307,7 @@ func TestFleetPropagatesAdminChanges(t *testing.T) {
 	}, http.StatusOK, "")
 	var cut int
 	if err := db.QueryRow(t.Context(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-		WHERE application_name = 'tollgated-listen'`).Scan(&cut); err != nil || cut != len(nodes) {
+		WHERE application_name = 'tollgated-listen' AND datname = current_database()`).Scan(&cut); err != nil || cut != len(nodes) {
 		t.Fatalf("cut %d listening connections (%v), want %d", cut, err, len(nodes))
 	}
 	measure("after a cut", setStatus("suspended"), http.StatusForbidden, "account-suspended")
@@ -370,6 +371,7 @@ func TestFleetSpendsOneBudgetToTheLastUnit(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real processes")
 	}
+	t.Parallel()
 	url := pgtest.Database(t)
 	nodes := startFleet(t, url, 3)
 	const funded = 3_000
@@ -469,6 +471,7 @@ func TestFleetAdmissionIsFleetWide(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real processes")
 	}
+	t.Parallel()
 	url := pgtest.Database(t)
 	nodes := startFleet(t, url, 2)
 	a, b := nodes[0], nodes[1]
@@ -578,6 +581,7 @@ func TestFleetRidesOutAPostgreSQLOutage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real processes and stops PostgreSQL")
 	}
+	t.Parallel()
 	cluster := pgtest.Own(t, pgtest.Options{})
 	url := cluster.URL()
 	nodes := startFleet(t, url, 3)
@@ -735,6 +739,7 @@ func TestFleetSurvivesKilledNodes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts and kills real processes")
 	}
+	t.Parallel()
 	url := pgtest.Database(t)
 	const ttl, grace = 5 * time.Second, time.Second
 	extra := []string{"--lease-ttl", ttl.String(), "--lease-grace", grace.String()}

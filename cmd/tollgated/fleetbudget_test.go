@@ -42,6 +42,7 @@ func TestAFleetNodeStaysWithinItsLedgerBudget(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real processes")
 	}
+	t.Parallel()
 	url := pgtest.Database(t)
 	db, err := pgx.Connect(t.Context(), url)
 	if err != nil {

@@ -70,6 +70,7 @@ func TestFleetNodeOnAnEmptyDataDirectoryCreditsNothingAcknowledged(t *testing.T)
 	if testing.Short() {
 		t.Skip("starts and kills real processes")
 	}
+	t.Parallel()
 	url := pgtest.Database(t)
 	const ttl, grace = 5 * time.Second, 2 * time.Second
 	extra := []string{"--lease-ttl", ttl.String(), "--lease-grace", grace.String()}
@@ -201,6 +202,7 @@ func TestFleetRefusesASecondLiveHolderOfANodeID(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts and kills real processes")
 	}
+	t.Parallel()
 	url := pgtest.Database(t)
 	live := startProc(t, t.TempDir(), fleetFlags(url, 0)...)
 	code, stderr := runFailingProc(t, append([]string{"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--data-dir", t.TempDir(), "--shards", "1"},
@@ -227,6 +229,7 @@ func TestFleetForfeitsADeadNodesLeasesAfterItsOwnGrace(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts and kills real processes")
 	}
+	t.Parallel()
 	url := pgtest.Database(t)
 	const ttl, ownGrace = 5 * time.Second, 5 * time.Second
 	reclaimer := startProc(t, t.TempDir(), fleetFlags(url, 0, "--lease-ttl", ttl.String(), "--lease-grace", "0s")...)
@@ -292,6 +295,7 @@ func TestFleetLiveNodesForfeitNothingInAnOutage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real processes and stops PostgreSQL")
 	}
+	t.Parallel()
 	cluster := pgtest.Own(t, pgtest.Options{})
 	url := cluster.URL()
 	// The nodes log in as a role of their own, which the test bars from

@@ -91,6 +91,7 @@ func TestForgeAgentsAgainstARealTollgated(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a real process")
 	}
+	t.Parallel()
 	dir := t.TempDir()
 	p := startProc(t, dir)
 	p.adminCall("POST", "/v1/accounts", map[string]any{"id": "acme-org"}, http.StatusCreated)

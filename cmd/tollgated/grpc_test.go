@@ -105,6 +105,7 @@ func TestGRPCRateLimitServiceAdmitsWithinTheBurstThenRefuses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a real process")
 	}
+	t.Parallel()
 	p := startProc(t, t.TempDir(), "--shards", "1", "--grpc-listen", "127.0.0.1:0")
 	p.provision("edge", 100_000, 10)
 	p.gatewayPolicy("edge", 10, 1, 3)
@@ -184,6 +185,7 @@ func TestGRPCCheckDecidesLikeForwardAuth(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a real process")
 	}
+	t.Parallel()
 	p := startProc(t, t.TempDir(), "--grpc-listen", "127.0.0.1:0")
 	key := p.provision("shop", 100_000, 7)
 	p.gatewayPolicy("shop", 7, 0, 0)
@@ -304,6 +306,7 @@ func TestGRPCHealthTurnsNotServingFirstAtShutdown(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a real process")
 	}
+	t.Parallel()
 	p := startProc(t, t.TempDir(), "--grpc-listen", "127.0.0.1:0", "--shutdown-grace", "20s")
 	watch, err := healthpb.NewHealthClient(grpcConn(t, p)).Watch(context.Background(), &healthpb.HealthCheckRequest{})
 	if err != nil {

@@ -59,6 +59,7 @@ func TestKill9LosesNoGRPCAdmittedUsage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts and kills real processes")
 	}
+	t.Parallel()
 	dir := t.TempDir()
 	flags := []string{"--lease-ttl", "5s", "--lease-grace", "1s", "--usage-history", "1000000", "--grpc-listen", "127.0.0.1:0"}
 	p := startProc(t, dir, flags...)

@@ -32,6 +32,7 @@ func TestThirdPartyGRPCClientsTalkToTheDaemon(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds third-party tools and starts a real process")
 	}
+	t.Parallel()
 	bin := t.TempDir()
 	grpcurl := daemontest.Tool(t, bin, grpcurlPkg)
 	client := daemontest.Tool(t, bin, rlsClientPkg)

@@ -71,6 +71,7 @@ func TestHostilePayloadsAreProblemsAndTheDaemonStaysUp(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a real process")
 	}
+	t.Parallel()
 	const key = "hostile-demo-key-0123456789"
 	p := startProc(t, t.TempDir(), "--demo-key", key)
 	p.adminCall("POST", "/v1/accounts", map[string]any{"id": "org-h"}, http.StatusCreated)

@@ -27,6 +27,7 @@ func TestALostNodeIDFileIsRefusedAndBillsNothingTwice(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts and kills real processes")
 	}
+	t.Parallel()
 	dir := t.TempDir()
 	flags := []string{"--usage-history", "1000000"}
 	p := startProc(t, dir, flags...)
@@ -102,6 +103,7 @@ func TestSpoolTailCutAtBilledRecordsIsCountedExactly(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts and kills real processes")
 	}
+	t.Parallel()
 	dir := t.TempDir()
 	flags := []string{"--usage-history", "1000000"}
 	p := startProc(t, dir, flags...)

@@ -143,6 +143,7 @@ func TestADrainedAccountSpendsItsLastUnits(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real processes")
 	}
+	t.Parallel()
 	p := startProc(t, t.TempDir())
 	p.adminCall("POST", "/v1/accounts", map[string]any{"id": "drain"}, http.StatusCreated)
 	p.adminCall("PUT", "/v1/accounts/drain/budget", map[string]any{"allowance": 20000, "period": "day"}, http.StatusOK)
@@ -187,6 +188,7 @@ func TestAFleetSpendsItsLastUnitsOnEveryNode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real processes")
 	}
+	t.Parallel()
 	url := pgtest.Database(t)
 	var nodes []*proc
 	for i := range 3 {

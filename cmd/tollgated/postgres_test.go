@@ -25,6 +25,7 @@ func TestDaemonOnPostgreSQL(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a real process")
 	}
+	t.Parallel()
 	url := pgtest.Database(t)
 	dir := t.TempDir()
 	const funded, price = 100_000, 10
@@ -87,6 +88,7 @@ func TestDaemonOnPostgreSQLRecoversItsOwnLeases(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts and kills real processes")
 	}
+	t.Parallel()
 	url := pgtest.Database(t)
 	dir := t.TempDir()
 	const funded, price = 100_000, 10

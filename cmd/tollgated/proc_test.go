@@ -19,6 +19,13 @@ import (
 	"github.com/tollgated/tollgated/ledger/boltstore"
 )
 
+// Every test that starts a real process calls t.Parallel after its -short
+// skip: such a test spends most of its wall time waiting on its daemons'
+// cadences, so several overlap well (make test runs four at a time). Each
+// owns its data directories, ports and PostgreSQL database; one that must
+// stop PostgreSQL owns its cluster (pgtest.Own), and a query over the
+// shared cluster's activity names its own database.
+
 // testAdminToken is the admin token the test daemons are started with.
 const testAdminToken = "tga_test-admin-token-0123456789abcdef"
 

@@ -54,6 +54,7 @@ func TestAgentMiddlewareAgainstARealTollgated(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a real process")
 	}
+	t.Parallel()
 	p := startProc(t, t.TempDir())
 	p.adminCall("POST", "/v1/accounts", map[string]any{"id": "acme-org"}, http.StatusCreated)
 	p.adminCall("POST", "/v1/accounts/acme-org/deposits", map[string]any{"units": 1_000_000, "idempotency_key": "org"}, http.StatusCreated)

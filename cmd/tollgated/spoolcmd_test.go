@@ -125,6 +125,7 @@ func TestSpoolTruncationIsReportedAndCounted(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts and kills real processes")
 	}
+	t.Parallel()
 	dir := t.TempDir()
 	a, last, _ := killUnderLoad(t, dir)
 	recs := segmentRecords(t, last)
@@ -167,6 +168,7 @@ func TestSpoolVerifyAndQuarantineOverADamagedSpool(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts and kills real processes")
 	}
+	t.Parallel()
 	dir := t.TempDir()
 	a, last, rep := killUnderLoad(t, dir)
 	var unreleased []spoolRecord

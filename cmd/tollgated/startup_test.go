@@ -128,6 +128,7 @@ func TestRestartedDaemonNeverAnswers401DuringStartUp(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real processes")
 	}
+	t.Parallel()
 	dir := t.TempDir()
 	p := startProc(t, dir)
 	key := p.provision("acme", 1<<40, 1)
@@ -196,6 +197,7 @@ func TestSecondDaemonOnTheSameAddressIsRefused(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real processes")
 	}
+	t.Parallel()
 	first := startProc(t, t.TempDir())
 	key := first.provision("acme", 1<<40, 1)
 	for _, c := range []struct{ name, listen, admin, addr string }{
@@ -333,6 +335,7 @@ func TestUnknownEnvironmentVariablesAreReported(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a real process")
 	}
+	t.Parallel()
 	p := startProcEnv(t, t.TempDir(), []string{"TOLLGATED_LISTNE=127.0.0.1:1", "TOLLGATED_LOG_LEVEL=info", "TOLLGATED_SECRETFILE=/x"})
 	p.stop()
 	logs := p.all.String()

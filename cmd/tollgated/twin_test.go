@@ -75,6 +75,7 @@ func TestTwinStartsOnOneAddressLeaveOneDaemon(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real processes")
 	}
+	t.Parallel()
 	for i := range 8 {
 		_, port, _ := net.SplitHostPort(freePort(t))
 		spellings := [2]string{"127.0.0.1:" + port, "127.0.0.1:" + port}
