@@ -256,7 +256,11 @@ type Machine struct {
 	// order they were retired in (retired counts retirements): see Recalled.
 	recalling map[*lease]uint64
 	retired   uint64
-	stats     Stats
+	// closing: HandBackAll ran (shutdown). No lease is asked for any
+	// more, and one an acquire in flight then brings is handed back as
+	// it arrives: nothing may stay out once the node has stopped.
+	closing bool
+	stats   Stats
 }
 
 // pending is a call in flight or waiting to be sent.
@@ -567,6 +571,7 @@ func (m *Machine) Evidence(id core.AccountID, ev core.FundingEvidence, readAt, n
 // HandBackAll retires every lease, for shutdown: each is released once the
 // shards have returned their slices.
 func (m *Machine) HandBackAll(now int64) {
+	m.closing = true
 	for _, a := range m.order {
 		if a.cur != nil {
 			m.handBack(a, a.cur, now)
@@ -1170,7 +1175,7 @@ func (m *Machine) ensureCall(a *account, now int64) {
 
 // callLedger is ensureCall without the back-off.
 func (m *Machine) callLedger(a *account, now int64) {
-	if a.calling || !a.active || now < a.yieldUntil {
+	if a.calling || !a.active || m.closing || now < a.yieldUntil {
 		return
 	}
 	if l := a.cur; l != nil && now >= l.expires {
@@ -1469,7 +1474,7 @@ func (m *Machine) acquired(a *account, c Call, r Result, now int64) {
 	// (that would split a small balance into ever smaller leases).
 	l := &lease{id: r.Lease.ID, token: r.Lease.Token, granted: g, pool: g, expires: r.Lease.ExpiresAt,
 		renewedAt: now, short: g < c.Want, outBy: make([]core.CostUnits, m.cfg.Shards)}
-	if !a.active {
+	if !a.active || m.closing {
 		a.cur = l
 		m.handBack(a, l, now)
 		return

@@ -480,6 +480,44 @@ func TestADepositAfterTheExportCaughtUpIsNews(t *testing.T) {
 	}
 }
 
+// TestALeaseAcquiredDuringShutdownGoesBack: an acquire still out when
+// HandBackAll runs (shutdown) brings its lease after it. That lease funds
+// no shard and goes straight back to the ledger, and a shard asking for
+// funding then asks the ledger nothing: once the node has stopped, no
+// lease is left out (found by a daemon that, under load, kept its lease
+// through SIGTERM until the lease expired).
+func TestALeaseAcquiredDuringShutdownGoesBack(t *testing.T) {
+	f := newFixture(t, Config{})
+	f.m.Refill(0, "acme", 0, 0, f.now)
+	c := f.call(f.out.take(), CallAcquire)
+	f.m.HandBackAll(f.now)
+	if f.m.Quiet() {
+		t.Fatal("quiet with an acquire out")
+	}
+	f.m.Done(Result{ID: c.ID, Lease: Grant{ID: 1, Token: 1, Granted: c.Want, ExpiresAt: f.now + 60e9},
+		Evidence: core.FundingEvidence{Remaining: 1000}, HasEvidence: true}, f.now)
+	o := f.out.take()
+	if len(o.grants) != 0 {
+		t.Fatalf("a lease acquired after HandBackAll funded shards: %+v", o.grants)
+	}
+	rel := f.call(o, CallRelease)
+	if rel.Lease != 1 || rel.Unspent != c.Want {
+		t.Fatalf("release %+v: want lease 1 with all %d units unspent", rel, c.Want)
+	}
+	f.m.Done(Result{ID: rel.ID}, f.now)
+	f.out.take()
+	if !f.m.Quiet() {
+		t.Fatal("not quiet once the late lease is released")
+	}
+	f.m.Refill(1, "acme", 0, 0, f.now)
+	for f.now += 1e9; f.now < t0+10e9; f.now += 1e9 {
+		f.m.Tick(f.now)
+	}
+	if o := f.out.take(); len(o.calls) != 0 {
+		t.Fatalf("after HandBackAll, a refill asked the ledger: %+v", o.calls)
+	}
+}
+
 // TestAFailingReleaseBacksOff: a release the ledger does not answer is
 // asked again after Retry, then twice as long, and so on: a ledger out of
 // reach for a minute costs a few calls, not one a second.
