@@ -29,6 +29,7 @@ step env BENCHTIME=1000x bash bench/scale.sh active1k 1
 step go run ./cmd/loadtest --help
 # .ci/run simulates two hundred seeds of its own: here the command is what counts.
 step make sim SEEDS=20 STEPS=100
-# Idle phases of 16 s still leave the second half a short lease (5 s) has
-# ended in, so the idle targets are checked; about a minute and a half.
-step env CYCLES=2 LOAD_SECS=3 IDLE_SECS=16 LEASE_TTL=5s make soak
+# Idle phases of 12 s still leave the second half (6 s) after a short lease
+# (5 s) has been handed back, so the idle targets are checked; about a
+# minute.
+step env CYCLES=2 LOAD_SECS=2 IDLE_SECS=12 LEASE_TTL=5s make soak
