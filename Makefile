@@ -22,9 +22,10 @@ run:
 # test is the whole suite: formatting, vet, then every package under the
 # race detector, with broken invariants panicking. Each package's tests are
 # bounded in time. Tests that start real daemons run four at a time
-# (-parallel 4): they spend most of their time waiting on those daemons'
-# cadences, so overlapping them halves cmd/tollgated's wall time on two
-# CPUs (BENCHMARKS.md, "Test suite").
+# (-parallel 4), as do packages (-p 4): they spend most of their time
+# waiting on daemons' cadences, PostgreSQL and sockets, so overlapping them
+# roughly halves the suite's wall time even on two CPUs (BENCHMARKS.md,
+# "Test suite").
 test: fmt-check vet
 	$(GO) test -tags $(TAGS) -race -count=1 -p 4 -parallel 4 -timeout 10m $(PKGS)
 
@@ -33,9 +34,9 @@ test-short:
 
 # vet compiles every package without the race detector, as the daemon
 # binaries that tests and the measuring scripts build are. (go vet -race
-# would share test's race build instead; on a clean machine that left the
-# plain build to the tests that build binaries, beside the race tests, and
-# make test took 403 s against 345 s.)
+# would share test's race build instead, but on a clean machine it leaves
+# the plain build to the tests that build binaries, beside the race tests,
+# and the suite takes longer: BENCHMARKS.md, "Test suite".)
 vet:
 	$(GO) vet -tags $(TAGS) $(PKGS)
 

@@ -4,7 +4,7 @@
 # builds, the servers, the load, the /proc and /metrics readings and the
 # summaries. The figures mean nothing at these lengths; that the commands
 # work is what CI checks (.ci/run). TestREADMEMeasuring checks that every
-# command of that section is here. Loopback only; about three minutes.
+# command of that section is here. Loopback only; about two and a half minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
