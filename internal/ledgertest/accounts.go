@@ -10,9 +10,7 @@ import (
 // testHierarchy: scopes follow depth; parents must exist; agents have no
 // children; roots are metered; ids are validated; creation is idempotent.
 func testHierarchy(h *harness) {
-	org := h.create("org", "", false)
-	ws := h.create("ws", "org", true)
-	agent := h.create("agent", "ws", false)
+	org, ws, agent := h.chain()
 	for _, c := range []struct {
 		a     ledger.Account
 		scope core.Scope

@@ -83,6 +83,13 @@ func moneyOf(a ledger.Account) money {
 	return money{a.Deposited, a.Overage, a.AllowanceLeft, a.TopUpLeft, a.Outstanding, a.Settled, a.Loss, a.Expired}
 }
 
+// chain creates the three-level chain most scenarios bill through: org
+// (metered) → ws (unmetered: it funds nothing) → agent (metered).
+func (h *harness) chain() (org, ws, agent ledger.Account) {
+	h.t.Helper()
+	return h.create("org", "", false), h.create("ws", "org", true), h.create("agent", "ws", false)
+}
+
 func (h *harness) create(id, parent core.AccountID, unmetered bool) ledger.Account {
 	h.t.Helper()
 	a, created, err := h.s.CreateAccount(h.ctx, ledger.AccountSpec{ID: id, Parent: parent, Unmetered: unmetered}, t0)

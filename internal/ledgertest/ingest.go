@@ -79,9 +79,7 @@ func testLateUsage(h *harness) {
 // to the whole chain, each scope paying from its balance (allowance first)
 // and owing the rest as overage, which the next funds to arrive repay.
 func testOverageAndPostPaid(h *harness) {
-	h.create("org", "", false)
-	h.create("ws", "org", true)
-	h.create("agent", "ws", false)
+	h.chain()
 	h.budget("org", 10, ledger.PeriodDay, t0)
 	h.deposit("org", 5, "o")
 	h.deposit("agent", 100, "a")

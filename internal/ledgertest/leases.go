@@ -53,9 +53,7 @@ func testGrantPolicy(h *harness) {
 // every grant, allowance first; unmetered ones pay nothing; the evidence
 // is the tightest scope, the leaf's on a tie.
 func testFundingChain(h *harness) {
-	h.create("org", "", false)
-	h.create("ws", "org", true)
-	h.create("agent", "ws", false)
+	h.chain()
 	h.budget("org", 100, ledger.PeriodMonth, t0)
 	h.deposit("org", 900, "o")
 	h.deposit("agent", 300, "a")
