@@ -79,8 +79,9 @@ type EventArchive struct {
 
 // GRPC configures the gRPC listener (grpcapi): its address (loopback when
 // no host is given), the rate-limit domain and the descriptor entry naming
-// the account, and its bounds: loopback connections handing decisions to
-// the data plane, gRPC connections, and calls per connection.
+// the account, and its bounds: decisions handed to the shards at once (each
+// shard's hand-over port holds that many), gRPC connections, and calls per
+// connection.
 type GRPC struct {
 	Listen, Domain, AccountEntry string
 	MaxHandOver, MaxConns        int

@@ -245,13 +245,23 @@ func (d *Daemon) bindNode(holder string, secret []byte) (err error) {
 		},
 		Durable: d.cfg.Durable, FundingWait: fundingWait(d.cfg.FundingWait),
 		DrainUsage: d.drainUsage, Log: d.log, Storage: d.storage, AuthzKeyHeader: d.cfg.AuthzKeyHeader,
-		Clock: d.cfg.Clock,
+		HandOver: d.handOver(), Clock: d.cfg.Clock,
 	})
 	if err != nil {
 		return err
 	}
 	d.route.plane = d.node.Plane()
 	return nil
+}
+
+// handOver is how many decisions the gRPC listener may hand the shards at
+// once (each shard's hand-over port is sized for them all); none when it
+// is off.
+func (d *Daemon) handOver() int {
+	if !d.cfg.GRPC.Enabled() {
+		return 0
+	}
+	return d.cfg.GRPC.MaxHandOver
 }
 
 // newProvisioner makes the provisioner that publishes the ledger's state

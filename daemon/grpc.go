@@ -9,13 +9,14 @@ import (
 )
 
 // openGRPC starts the gRPC listener, if configured. It hands every decision
-// to the data plane, so it opens after it; it closes before it (Close).
+// to a shard through the shard's hand-over port, so it opens after the data
+// plane; it closes before it (Close).
 func (d *Daemon) openGRPC(secret []byte) error {
 	if !d.cfg.GRPC.Enabled() {
 		return nil
 	}
 	g := d.cfg.GRPC
-	srv, err := grpcapi.Listen(grpcapi.Config{Listen: g.Listen, DataPlane: d.node.Addr(), Domain: g.Domain,
+	srv, err := grpcapi.Listen(grpcapi.Config{Listen: g.Listen, Ports: d.node.HandOverPorts(), Domain: g.Domain,
 		AccountEntry: g.AccountEntry, KeyHeader: d.cfg.AuthzKeyHeader, Secret: secret, Binder: d.node.Plane(),
 		Ready: d.serves, MaxHandOver: g.MaxHandOver, MaxConns: g.MaxConns, MaxStreams: g.MaxStreams})
 	if err != nil {

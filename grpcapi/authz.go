@@ -10,6 +10,8 @@ import (
 	"github.com/valyala/fasthttp"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
+
+	"github.com/tollgated/tollgated/handover"
 )
 
 // Bounds of a CheckRequest, beyond the message size.
@@ -94,12 +96,13 @@ func (a authorizationService) Check(ctx context.Context, req *authv3.CheckReques
 	if err != nil {
 		return nil, err
 	}
-	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseResponse(resp)
-	if err := a.s.decide(ctx, &call, resp); err != nil {
+	call.hint = call.headerValue(a.s.cfg.KeyHeader)
+	c, err := a.s.decide(ctx, &call)
+	if err != nil {
 		return nil, err
 	}
-	return checkResponse(resp), nil
+	defer handover.Release(c)
+	return checkResponse(&c.Resp), nil
 }
 
 // upstreamHeaders are the answer headers an allowed request carries on to

@@ -2,82 +2,67 @@ package grpcapi
 
 import (
 	"errors"
-	"net"
+	"sync/atomic"
 	"time"
 
-	"github.com/valyala/fasthttp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/tollgated/tollgated/handover"
 )
 
-// answerWait bounds how long a hand-over waits for the shard's answer: the
-// shard itself answers a parked request 504 after five seconds, so this
-// only ends a call whose shard stopped answering at all.
+// answerWait bounds how long a call waits for its shard's answer: a shard
+// answers a postponed call 504 after the loop's DeferTimeout (5 s by
+// default), so this only ends a call whose shard stopped answering at all.
 const answerWait = 6 * time.Second
 
-// maxAnswerBytes bounds a shard's answer as read here: forward-auth
-// answers are a problem document at most.
-const maxAnswerBytes = 16 << 10
-
-// handover carries forward-auth calls to the data plane over at most
-// maxConns loopback connections; a call that finds them all busy is
-// refused, not queued.
-type handover struct {
-	client *fasthttp.HostClient
-	host   string
+// shards carries forward-auth calls to the node's shards through their
+// hand-over ports, at most max at once: a call beyond them is refused,
+// not queued.
+type shards struct {
+	ports    []*handover.Port
+	max      int64
+	inFlight atomic.Int64
+	next     atomic.Uint64 // the shard of a call without a hint
 }
 
-func newHandover(dataPlane string, maxConns int) (*handover, error) {
-	addr, err := loopbackOf(dataPlane)
-	if err != nil {
-		return nil, err
+// exchange hands c to a shard — the one hint names, so that one account's
+// calls meet one shard's share of its funds — and returns the answer in
+// c.Resp, or why there is none as a gRPC status. On an error c is gone:
+// released, or abandoned to a shard that may still write it.
+func (h *shards) exchange(c *handover.Call, hint string) error {
+	if h.inFlight.Add(1) > h.max {
+		h.inFlight.Add(-1)
+		handover.Release(c)
+		return status.Error(codes.ResourceExhausted, "tollgated: every hand-over slot to the shards is busy; retry")
 	}
-	return &handover{host: addr, client: &fasthttp.HostClient{
-		Addr:                addr,
-		MaxConns:            maxConns,
-		MaxConnWaitTimeout:  0, // a full pool answers ErrNoFreeConns at once
-		ReadTimeout:         answerWait,
-		WriteTimeout:        time.Second,
-		MaxResponseBodySize: maxAnswerBytes,
-		MaxIdleConnDuration: 30 * time.Second,
-		// The answer decides whether work runs and what it costs: a
-		// retried forward-auth call could bill twice.
-		RetryIfErr: func(*fasthttp.Request, int, error) (bool, bool) { return false, false },
-	}}, nil
-}
-
-// loopbackOf is the address a process on this host reaches a listener on:
-// a wildcard host (all interfaces) is reached on loopback.
-func loopbackOf(addr string) (string, error) {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return "", err
-	}
-	ip := net.ParseIP(host)
-	switch {
-	case host == "" || (ip != nil && ip.IsUnspecified() && ip.To4() != nil):
-		host = "127.0.0.1"
-	case ip != nil && ip.IsUnspecified():
-		host = "::1"
-	}
-	return net.JoinHostPort(host, port), nil
-}
-
-// exchange sends req and fills resp, or says why the shard gave no answer
-// as a gRPC status.
-func (h *handover) exchange(req *fasthttp.Request, resp *fasthttp.Response) error {
-	req.SetHost(h.host)
-	err := h.client.DoTimeout(req, resp, answerWait)
+	err := h.ports[h.pick(hint)].Exchange(c, answerWait)
+	h.inFlight.Add(-1)
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, fasthttp.ErrNoFreeConns):
-		return status.Error(codes.ResourceExhausted, "tollgated: every hand-over connection to the data plane is busy; retry")
-	case errors.Is(err, fasthttp.ErrTimeout):
+	case errors.Is(err, handover.ErrNoAnswer):
 		return status.Error(codes.Unavailable, "tollgated: the data plane did not answer in time; the call's outcome is unknown (it may have been billed)")
-	default:
-		return status.Errorf(codes.Unavailable, "tollgated: the data plane cannot be reached: %v", err)
+	case errors.Is(err, handover.ErrFull):
+		handover.Release(c)
+		return status.Error(codes.ResourceExhausted, "tollgated: the shard's hand-over port is full; retry")
+	default: // ErrClosed
+		handover.Release(c)
+		return status.Error(codes.Unavailable, "tollgated: the data plane is stopping; the call was not decided")
 	}
 }
 
-func (h *handover) close() { h.client.CloseIdleConnections() }
+// pick is the shard for hint: FNV-1a of it, or the next shard in turn
+// when there is none.
+func (h *shards) pick(hint string) int {
+	n := uint64(len(h.ports))
+	if hint == "" {
+		return int(h.next.Add(1) % n)
+	}
+	x := uint64(14695981039346656037)
+	for i := 0; i < len(hint); i++ {
+		x ^= uint64(hint[i])
+		x *= 1099511628211
+	}
+	return int(x % n)
+}

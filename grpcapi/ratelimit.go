@@ -112,6 +112,7 @@ func decodeDescriptor(d *rlcommon.RateLimitDescriptor, hits uint32, rules rateLi
 		return c, fmt.Errorf("no %q entry names the account", rules.accountEntry)
 	}
 	c.headers = []header{{hdrHitsAddend, strconv.FormatUint(n, 10)}}
+	c.hint = c.account
 	return c, nil
 }
 

@@ -1,6 +1,8 @@
 package grpcapi
 
 import (
+	"strings"
+
 	"github.com/valyala/fasthttp"
 )
 
@@ -13,6 +15,19 @@ type forwardCall struct {
 	method  string
 	uri     string
 	headers []header
+	// hint names the shard the call goes to (shards.pick): the account,
+	// or the key an ext_authz check carries.
+	hint string
+}
+
+// headerValue is the value of the first header named name (any case).
+func (c *forwardCall) headerValue(name string) string {
+	for _, h := range c.headers {
+		if strings.EqualFold(h.name, name) {
+			return h.value
+		}
+	}
+	return ""
 }
 
 type header struct{ name, value string }
@@ -26,8 +41,8 @@ var (
 )
 
 // request writes c as a forward-auth call in the shape nginx uses: the
-// method and URI in X-Original-* headers, any method, so a method the HTTP
-// client would not send as its own (CONNECT) still reaches the shard.
+// method and URI in X-Original-* headers, any method (CONNECT too), as the
+// shard reads an HTTP forward-auth call.
 func (c *forwardCall) request(req *fasthttp.Request) {
 	req.Header.SetMethod(fasthttp.MethodGet)
 	req.SetRequestURIBytes(pathAuthz)

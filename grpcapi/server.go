@@ -20,12 +20,15 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgated/tollgated/control/plane"
+	"github.com/tollgated/tollgated/handover"
 )
 
 // Config is what a Server is made with.
 type Config struct {
-	Listen    string // the gRPC address
-	DataPlane string // the data-plane address the shards listen on
+	Listen string // the gRPC address
+	// Ports are the shards' hand-over ports (node.HandOverPorts), each
+	// sized for MaxHandOver calls: decisions are made there.
+	Ports []*handover.Port
 	// Domain is the rate-limit domain served; AccountEntry the descriptor
 	// entry naming the account.
 	Domain, AccountEntry string
@@ -37,12 +40,15 @@ type Config struct {
 	// Ready says whether the node serves as /readyz does: the data plane
 	// is open, not draining, and its usage spool takes records.
 	Ready func() bool
-	// MaxHandOver bounds the loopback connections to the data plane, and
-	// so the decisions in flight; MaxConns the gRPC connections;
-	// MaxStreams the concurrent calls per connection.
+	// MaxHandOver bounds the decisions in flight at once (the ports'
+	// size); MaxConns the gRPC connections; MaxStreams the concurrent
+	// calls per connection.
 	MaxHandOver, MaxConns int
 	MaxStreams            uint32
 }
+
+// MaxHandOver bounds Config.MaxHandOver.
+const MaxHandOver = 1 << 16
 
 // MaxMessageBytes bounds a request message: a CheckRequest carries a
 // request's headers, at most a few kilobytes in any gateway's defaults.
@@ -50,12 +56,12 @@ const MaxMessageBytes = 64 << 10
 
 // Server is the gRPC listener and its services.
 type Server struct {
-	cfg   Config
-	rules rateLimitRules
-	keys  *accountKeys
-	hand  *handover
-	grpc  *grpc.Server
-	ln    net.Listener
+	cfg    Config
+	rules  rateLimitRules
+	keys   *accountKeys
+	shards *shards
+	grpc   *grpc.Server
+	ln     net.Listener
 	// draining closes when Stop begins: health Watch streams end.
 	draining chan struct{}
 }
@@ -71,6 +77,9 @@ func (c *Config) Validate() error {
 		return errors.New("grpc: readiness must be given")
 	case c.MaxHandOver < 1 || c.MaxConns < 1 || c.MaxStreams < 1:
 		return errors.New("grpc: the hand-over, connection and stream bounds must be positive")
+	case c.MaxHandOver > MaxHandOver:
+		// Every shard keeps a slot for each: the bound is memory.
+		return fmt.Errorf("grpc: at most %d decisions may be handed over at once", MaxHandOver)
 	}
 	return nil
 }
@@ -81,11 +90,10 @@ func Listen(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	keys, err := newAccountKeys(cfg.Secret, cfg.Binder)
-	if err != nil {
-		return nil, err
+	if len(cfg.Ports) == 0 {
+		return nil, errors.New("grpc: the shards' hand-over ports must be given")
 	}
-	hand, err := newHandover(cfg.DataPlane, cfg.MaxHandOver)
+	keys, err := newAccountKeys(cfg.Secret, cfg.Binder)
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +106,7 @@ func Listen(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, rules: rateLimitRules{domain: cfg.Domain, accountEntry: cfg.AccountEntry},
-		keys: keys, hand: hand, ln: netutil.LimitListener(ln, cfg.MaxConns),
+		keys: keys, shards: &shards{ports: cfg.Ports, max: int64(cfg.MaxHandOver)}, ln: netutil.LimitListener(ln, cfg.MaxConns),
 		draining: make(chan struct{})}
 	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.MaxConcurrentStreams(cfg.MaxStreams),
 		grpc.MaxHeaderListSize(16<<10), grpc.ConnectionTimeout(5*time.Second),
@@ -144,18 +152,20 @@ func (s *Server) Stop(deadline time.Time) {
 		s.grpc.Stop()
 		<-done
 	}
-	s.hand.close()
 }
 
-// decide hands call to a shard and returns its answer in resp.
-func (s *Server) decide(ctx context.Context, call *forwardCall, resp *fasthttp.Response) error {
+// decide hands call to a shard and returns the hand-over with the shard's
+// answer in its Resp; the caller releases it (handover.Release).
+func (s *Server) decide(ctx context.Context, call *forwardCall) (*handover.Call, error) {
 	if err := ctx.Err(); err != nil {
-		return status.FromContextError(err).Err()
+		return nil, status.FromContextError(err).Err()
 	}
-	req := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(req)
-	call.request(req)
-	return s.hand.exchange(req, resp)
+	c := handover.Acquire()
+	call.request(&c.Req)
+	if err := s.shards.exchange(c, call.hint); err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // boundWait is how long a call for an account whose key was bound by that
@@ -181,16 +191,16 @@ func (s *Server) decideForAccount(ctx context.Context, call *forwardCall) (*rlsv
 		keyValue = "Bearer " + key
 	}
 	call.headers = append(call.headers, header{s.cfg.KeyHeader, keyValue})
-	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseResponse(resp)
 	for try := 0; ; try++ {
-		resp.Reset()
-		if err := s.decide(ctx, call, resp); err != nil {
+		c, err := s.decide(ctx, call)
+		if err != nil {
 			return nil, nil, err
 		}
-		if resp.StatusCode() != fasthttp.StatusUnauthorized {
-			break
+		if c.Resp.StatusCode() != fasthttp.StatusUnauthorized {
+			defer handover.Release(c)
+			return rateStatus(&c.Resp)
 		}
+		handover.Release(c)
 		if !fresh || try == boundTries {
 			// The shards do not know the key any more (the account
 			// is gone): forget it, so the next call asks the plane.
@@ -199,7 +209,6 @@ func (s *Server) decideForAccount(ctx context.Context, call *forwardCall) (*rlsv
 		}
 		time.Sleep(boundWait)
 	}
-	return rateStatus(resp)
 }
 
 func isAuthorization(name string) bool { return strings.EqualFold(name, hdrAuthorization) }

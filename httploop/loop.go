@@ -26,8 +26,9 @@ const (
 
 const (
 	// maxSlots bounds connection slots: a Deferred packs a slot in the 24
-	// bits above its sequence number.
-	maxSlots = 1 << 24
+	// bits above its sequence number, and leaves the top bit clear (a
+	// handler's other tickets may use it: node's hand-over desk).
+	maxSlots = 1 << 23
 
 	// acceptBatch bounds accepts per iteration so that a connection storm
 	// does not starve the requests of connections already open.
@@ -220,6 +221,10 @@ func (l *Loop) wait(timeout int, idle bool) (int, error) {
 	}
 	return unix.EpollWait(l.epfd, l.events, timeout)
 }
+
+// DeferTimeout is how long a postponed answer may wait before the loop
+// answers 504 itself (Config.DeferTimeout, with its default).
+func (l *Loop) DeferTimeout() time.Duration { return l.cfg.DeferTimeout }
 
 // Run serves until Drain completes or an unrecoverable poller error. Call it
 // once, on a goroutine locked to its OS thread (and, for a shard, pinned):

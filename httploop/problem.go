@@ -42,6 +42,11 @@ var (
 	problemDeferTimeout   = newProblem(fasthttp.StatusGatewayTimeout, "answer-timeout", false)
 )
 
+// FillAnswerTimeout writes the answer the loop gives a postponed request
+// that waited longer than Config.DeferTimeout (504, answer-timeout), for a
+// transport beside the loop that postpones answers the same way.
+func FillAnswerTimeout(resp *fasthttp.Response) { problemDeferTimeout.fill(resp) }
+
 // problemFor maps a framing verdict to its answer.
 func problemFor(v verdict) *problem {
 	switch v {

@@ -18,6 +18,7 @@ import (
 	"github.com/tollgated/tollgated/clock"
 	"github.com/tollgated/tollgated/control"
 	"github.com/tollgated/tollgated/control/message"
+	"github.com/tollgated/tollgated/handover"
 	"github.com/tollgated/tollgated/httploop"
 	"github.com/tollgated/tollgated/ring"
 	"github.com/tollgated/tollgated/shard"
@@ -53,6 +54,11 @@ type Config struct {
 	// refuse requests that would bill while it is not StorageOK.
 	Storage *shard.Storage
 	Log     zerolog.Logger
+	// HandOver is how many forward-auth calls other goroutines (the gRPC
+	// listener) may have handed to the shards at once: each shard's
+	// hand-over port and desk hold that many (HandOverPorts). Zero: no
+	// ports.
+	HandOver int
 	// AuthzKeyHeader is shard.Config.AuthzKeyHeader.
 	AuthzKeyHeader string
 	// Clock is the shards' time (their loops' readings plus its offset)
@@ -201,6 +207,20 @@ func (n *Node) deliverAll(deadline time.Time) bool {
 	}
 }
 
+// HandOverPorts are the shards' hand-over ports, one per shard (nil
+// without Config.HandOver): what the gRPC listener sends its decisions
+// through.
+func (n *Node) HandOverPorts() []*handover.Port {
+	if n.cfg.HandOver == 0 {
+		return nil
+	}
+	ports := make([]*handover.Port, len(n.runners))
+	for i, r := range n.runners {
+		ports[i] = r.desk.port
+	}
+	return ports
+}
+
 // Plane is the node's control plane, for provisioning.
 func (n *Node) Plane() *control.Plane { return n.plane }
 
@@ -331,6 +351,14 @@ type runner struct {
 	cur     *httploop.Ctx
 	now     int64 // the last tick's reading, on clock
 	closeMu sync.Once
+
+	// desk serves the calls handed over through the shard's port; nil
+	// without one (Config.HandOver).
+	desk *desk
+	// The shard.Request's Defer while it serves a connection's request,
+	// and while it serves a handed-over call: bound once, in newRunner.
+	deferConn, deferCall func() uint64
+	serveCall            func(c *handover.Call)
 }
 
 func newRunner(id, cpu int, addr string, cfg Config) (*runner, control.Link, error) {
@@ -350,6 +378,17 @@ func newRunner(id, cpu int, addr string, cfg Config) (*runner, control.Link, err
 		r.in.Close()
 		return nil, control.Link{}, err
 	}
+	if cfg.HandOver > 0 {
+		port, err := handover.NewPort(cfg.HandOver, r.in.Notify)
+		if err != nil {
+			r.close()
+			return nil, control.Link{}, err
+		}
+		r.desk = newDesk(port, cfg.HandOver)
+	}
+	r.deferConn = func() uint64 { return uint64(r.cur.Defer()) }
+	r.deferCall = func() uint64 { return r.desk.postpone(r.now) }
+	r.serveCall = r.serveHandedOver
 	r.s, err = shard.New(shard.Config{ID: uint16(id), Secret: cfg.Secret, MaxReservations: cfg.MaxReservations,
 		AckDurable: cfg.Durable, FundingWait: cfg.FundingWait, KeyUseReport: cfg.KeyUseReport,
 		Syncing: cfg.Plane.Syncing, Storage: cfg.Storage, AuthzKeyHeader: cfg.AuthzKeyHeader, Clock: cfg.Clock}, r.in, r.out)
@@ -377,14 +416,32 @@ func (r *runner) run(started chan<- error, log zerolog.Logger) {
 		return
 	}
 	r.loop = loop
-	r.req.Defer = func() uint64 { return uint64(r.cur.Defer()) } // bound once, reused
+	r.req.Defer = r.deferConn
 	r.s.SetCompleter(func(ticket uint64, fill func(*fasthttp.Response)) {
+		if isDeskTicket(ticket) {
+			r.desk.complete(ticket, fill)
+			return
+		}
 		loop.Complete(httploop.Deferred(ticket), fill)
 	})
-	r.s.SetPending(func(ticket uint64) bool { return loop.Pending(httploop.Deferred(ticket)) })
+	r.s.SetPending(func(ticket uint64) bool {
+		if isDeskTicket(ticket) {
+			return r.desk.pending(ticket)
+		}
+		return loop.Pending(httploop.Deferred(ticket))
+	})
+	if r.desk != nil {
+		r.desk.timeout = int64(loop.DeferTimeout())
+	}
 	started <- nil
 	if err := loop.Run(); err != nil {
 		log.Error().Int("shard", r.id).Err(err).Msg("shard loop failed")
+	}
+	if r.desk != nil {
+		// No call is taken from here on; the ones the shard postponed
+		// are still answered while Shutdown drives it (or failed at
+		// close).
+		r.desk.port.Close()
 	}
 }
 
@@ -400,7 +457,49 @@ func (r *runner) loopConfig() httploop.Config {
 		r.s.Poll(now)
 		r.s.PublishStats()
 	}
+	if r.desk != nil {
+		lc.Wake = deskWaker{r.s.Waker(), r.desk.port}
+		lc.OnWake = func() {
+			r.s.Poll(r.now)
+			r.desk.serveAll(r.serveCall)
+		}
+		lc.Quiet = func() bool { return r.s.Quiet() && r.desk.held() == 0 }
+		tick := lc.OnTick
+		lc.OnTick = func(now int64) {
+			tick(now)
+			r.desk.sweep(r.now)
+		}
+	}
 	return lc
+}
+
+// deskWaker is the shard's waker with its hand-over port: the loop may
+// sleep only when neither the inbox nor the port holds anything. A sender
+// rings the inbox's doorbell after each send (NewPort's wake), and it
+// stores into the port before it loads the sleep flag, as the plane does
+// into the inbox, so the doorbell's protocol covers the port too.
+type deskWaker struct {
+	*shard.Waker
+	port *handover.Port
+}
+
+func (w deskWaker) BeginSleep() bool {
+	if !w.Waker.BeginSleep() {
+		return false
+	}
+	if !w.port.Empty() {
+		w.Waker.EndSleep()
+		return false
+	}
+	return true
+}
+
+// serveHandedOver serves a handed-over call on the shard's thread, as
+// handle serves a connection's request.
+func (r *runner) serveHandedOver(c *handover.Call) {
+	r.req.Req, r.req.Resp, r.req.Now, r.req.Defer = &c.Req, &c.Resp, r.now, r.deferCall
+	r.s.Serve(&r.req)
+	r.req.Defer = r.deferConn
 }
 
 // handle serves one request on the shard's thread. The shard.Request is
@@ -414,6 +513,9 @@ func (r *runner) handle(x *httploop.Ctx) {
 
 func (r *runner) close() {
 	r.closeMu.Do(func() {
+		if r.desk != nil {
+			r.desk.close()
+		}
 		if r.ln != nil && r.loop == nil {
 			r.ln.Close()
 		}

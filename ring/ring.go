@@ -203,6 +203,12 @@ func (r *Ring[T]) PopBatch(dst []T) int {
 	return n
 }
 
+// Empty reports whether the ring holds no message, from a fresh load of
+// the producer's tail: what a consumer that announces sleep must check for
+// a second ring besides its doorbell's (node's hand-over port). Consumer
+// only.
+func (r *Ring[T]) Empty() bool { return r.empty() }
+
 // empty reports whether the ring is empty, always loading the producer's
 // tail rather than trusting the cache. The doorbell needs that fresh load for
 // its sleep protocol. Consumer only.

@@ -18,7 +18,7 @@ func (g *grpcConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.listen, "grpc-listen", "", "gRPC listen address for Envoy's rate-limit service and ext_authz (loopback when no host is given, such as :8081); empty: off. Whoever reaches it can bill any account a rate-limit descriptor names: keep it on loopback or a network only gateways reach")
 	fs.StringVar(&g.domain, "grpc-domain", "tollgated", "the rate-limit domain the gRPC rate-limit service answers")
 	fs.StringVar(&g.accountEntry, "grpc-account-entry", "account", "the rate-limit descriptor entry whose value is the account id")
-	fs.IntVar(&g.handOver, "grpc-hand-over", 64, "loopback connections the gRPC listener hands decisions to the data plane over: decisions in flight at once; beyond them a call is answered RESOURCE_EXHAUSTED")
+	fs.IntVar(&g.handOver, "grpc-hand-over", 64, "decisions the gRPC listener may have handed to the shards at once (at most 65536); beyond them a call is answered RESOURCE_EXHAUSTED")
 	fs.IntVar(&g.maxConns, "grpc-max-conns", 1024, "gRPC connections accepted at once")
 	fs.UintVar(&g.maxStreams, "grpc-max-streams", 256, "concurrent gRPC calls per connection")
 }
