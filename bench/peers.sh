@@ -28,7 +28,9 @@
 # RateLimitService/ShouldRateLimit against tollgated's --grpc-listen and
 # ratelimit's gRPC port, driven by bench/grpcload (2 HTTP/2 connections,
 # CONNS/2 calls in flight on each, as Envoy multiplexes), the same rounds,
-# CPU per decision read by grpcload over its measured window.
+# CPU per decision read by grpcload over its measured window; beside them
+# bench/grpcfloor, grpc-go answering OK from an empty handler with
+# tollgated's server options: the floor of any service built on grpc-go.
 #
 # The peers do not do what tollgated does per request — neither prices a
 # workload nor makes its decision durable before it answers (gubernator
@@ -37,7 +39,7 @@
 # their favour.
 #
 # Knobs (environment): ROUNDS=3 ROUND_SECS=8 WARMUP_SECS=2 CONNS=64
-# PEERS="gubernator ratelimit". Ports 18180-18189 on 127.0.0.1. Defaults
+# PEERS="gubernator ratelimit". Ports 18180-18190 on 127.0.0.1. Defaults
 # take about 3 minutes after the first build (which downloads and compiles
 # the peers: a few minutes more).
 set -euo pipefail
@@ -65,7 +67,7 @@ for p in "${peers[@]}"; do
 done
 (( ROUNDS >= 3 )) || { echo "peers.sh: ROUNDS must be at least 3" >&2; exit 2; }
 grpc_servers=0
-[[ " ${peers[*]} " == *" ratelimit "* ]] && grpc_servers=2
+[[ " ${peers[*]} " == *" ratelimit "* ]] && grpc_servers=3
 budget=$(( ROUNDS * (2 + ${#peers[@]} + grpc_servers) * (ROUND_SECS + WARMUP_SECS + 1) + 30 ))
 if (( budget > 360 )); then
 	echo "peers.sh: ROUNDS=$ROUNDS ROUND_SECS=$ROUND_SECS WARMUP_SECS=$WARMUP_SECS would take about ${budget}s; the limit is 360s" >&2
@@ -112,6 +114,7 @@ log "building baseline and tollgated"
 go build -o "$work/baseline" ./bench/baseline
 go build -o "$work/tollgated" ./cmd/tollgated
 go build -o "$work/grpcload" ./bench/grpcload
+go build -o "$work/grpcfloor" ./bench/grpcfloor
 for p in "${peers[@]}"; do
 	log "building $p from the Go module proxy"
 	case "$p" in
@@ -306,6 +309,7 @@ if (( grpc_servers > 0 )); then
 		local args out
 		case "$2" in
 		tollgated) args=(-addr 127.0.0.1:18189 -domain tollgated -pids "${pidsof[tollgated]}") ;;
+		grpc-go) args=(-addr 127.0.0.1:18190 -domain tollgated -pids "${pidsof[grpc-go]}") ;;
 		ratelimit) args=(-addr 127.0.0.1:18187 -domain bench -pids "${pidsof[ratelimit]// /,}") ;;
 		esac
 		if ! out=$("${load_pin[@]}" timeout $(( WARMUP_SECS + ROUND_SECS + 20 )) "$work/grpcload" "${args[@]}" \
@@ -325,7 +329,10 @@ if (( grpc_servers > 0 )); then
 		g_cpu[$2,$1]=$(awk -v c="$cpu" 'BEGIN { n = split(c, v, ","); s = 0; for (i = 1; i <= n; i++) s += v[i]; printf "%.2f", s }')
 		[[ "$2" != ratelimit ]] || g_redis[$2,$1]=${cpu##*,}
 	}
-	gnames=(tollgated ratelimit)
+	"${server_pin[@]}" "$work/grpcfloor" -listen 127.0.0.1:18190 >"$work/grpcfloor.log" 2>&1 &
+	pids+=($!)
+	pidsof[grpc-go]=$!
+	gnames=(tollgated ratelimit grpc-go)
 	echo
 	echo "gRPC ShouldRateLimit: closed loop from bench/grpcload, 2 connections × $(( CONNS / 2 > 0 ? CONNS / 2 : 1 )) calls in flight, ${ROUND_SECS}s measured after ${WARMUP_SECS}s, $ROUNDS rounds"
 	grpc_show() { # ROUND NAME
@@ -335,11 +342,15 @@ if (( grpc_servers > 0 )); then
 	echo
 	echo "gRPC medians ($ROUNDS rounds):"
 	tg_gcpu=$(median $(col tollgated g_cpu))
+	rl_gcpu=$(median $(col ratelimit g_cpu))
 	for n in "${gnames[@]}"; do
 		line=$(printf '  %-11s %8.0f calls/s  CPU %7.2f µs/call' "$n" "$(median $(col "$n" g_cps))" "$(median $(col "$n" g_cpu))")
 		if [[ "$n" == ratelimit ]]; then
 			line+=$(printf ' (ratelimit + Redis; Redis alone %s)' "$(median $(col "$n" g_redis))")
 			line+=$(awk -v p="$(median $(col "$n" g_cpu))" -v t="$tg_gcpu" 'BEGIN { printf "  |  tollgated decisions per CPU-second / ratelimit'"'"'s: %.2f× (target >= 5)", p / t }')
+		fi
+		if [[ "$n" == grpc-go ]]; then
+			line+=$(awk -v p="$rl_gcpu" -v f="$(median $(col "$n" g_cpu))" 'BEGIN { printf " (an empty handler)  |  the most a grpc-go service can beat ratelimit by: %.2f×", p / f }')
 		fi
 		echo "$line"
 	done
