@@ -46,14 +46,20 @@ func requestsLeft(field []byte) (left uint32, secs uint32, ok bool) {
 }
 
 // requestsParam reads one integer parameter of the "requests" item of a
-// structured field list.
+// structured field list, in place.
 func requestsParam(field []byte, name string) (uint32, bool) {
-	for item := range bytes.SplitSeq(field, []byte(",")) {
-		params := bytes.Split(bytes.TrimSpace(item), []byte(";"))
-		if string(params[0]) != `"requests"` {
+	for rest := field; len(rest) > 0; {
+		var item []byte
+		item, rest, _ = bytes.Cut(rest, []byte(","))
+		params := bytes.TrimSpace(item)
+		var key []byte
+		key, params, _ = bytes.Cut(params, []byte(";"))
+		if string(key) != `"requests"` {
 			continue
 		}
-		for _, p := range params[1:] {
+		for len(params) > 0 {
+			var p []byte
+			p, params, _ = bytes.Cut(params, []byte(";"))
 			k, v, ok := bytes.Cut(p, []byte("="))
 			if !ok || string(k) != name {
 				continue
@@ -63,6 +69,21 @@ func requestsParam(field []byte, name string) (uint32, bool) {
 		}
 	}
 	return 0, false
+}
+
+// tollgateHeaders are the X-Tollgate-* answer fields a shard sets, by
+// their canonical names: reading one back reuses the name.
+var tollgateHeaders = [...]string{"X-Tollgate-Account", "X-Tollgate-Request-Id", "X-Tollgate-Units", "X-Tollgate-Reservation"}
+
+// headerName is name as a string, without allocating for a field a shard
+// sets.
+func headerName(name []byte) string {
+	for _, h := range tollgateHeaders {
+		if string(name) == h {
+			return h
+		}
+	}
+	return string(name)
 }
 
 func secondsDuration(s uint32) time.Duration {

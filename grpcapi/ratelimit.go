@@ -111,9 +111,32 @@ func decodeDescriptor(d *rlcommon.RateLimitDescriptor, hits uint32, rules rateLi
 	if c.account == "" {
 		return c, fmt.Errorf("no %q entry names the account", rules.accountEntry)
 	}
-	c.headers = []header{{hdrHitsAddend, strconv.FormatUint(n, 10)}}
+	// Room for the key's header, which decideForAccount adds.
+	c.headers = append(make([]header, 0, 2), header{hdrHitsAddend, strconv.FormatUint(n, 10)})
 	c.hint = c.account
 	return c, nil
+}
+
+// tollgateFields are the answer's X-Tollgate-* fields, for the upstream
+// request: their values in one slice, pointed into.
+func tollgateFields(resp *fasthttp.Response) []*corev3.HeaderValue {
+	n := 0
+	for k := range resp.Header.All() {
+		if isTollgateHeader(string(k)) {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	vals, hdrs := make([]corev3.HeaderValue, 0, n), make([]*corev3.HeaderValue, 0, n)
+	for k, v := range resp.Header.All() {
+		if isTollgateHeader(string(k)) && len(vals) < n {
+			vals = append(vals, corev3.HeaderValue{Key: headerName(k), Value: string(v)})
+			hdrs = append(hdrs, &vals[len(vals)-1])
+		}
+	}
+	return hdrs
 }
 
 // validAccount is the admin API's account id rule.
@@ -190,13 +213,7 @@ func rateStatus(resp *fasthttp.Response) (*rlsv3.RateLimitResponse_DescriptorSta
 	}
 	code := resp.StatusCode()
 	if code == fasthttp.StatusOK {
-		var hdrs []*corev3.HeaderValue
-		for k, v := range resp.Header.All() {
-			if isTollgateHeader(string(k)) {
-				hdrs = append(hdrs, &corev3.HeaderValue{Key: string(k), Value: string(v)})
-			}
-		}
-		return st, hdrs, nil
+		return st, tollgateFields(resp), nil
 	}
 	problem := problemCode(resp.Body())
 	if code == fasthttp.StatusBadRequest {

@@ -44,6 +44,7 @@ type Call struct {
 
 	done   chan struct{} // one signal per hand-over, buffered: the shard never blocks
 	failed bool          // written by the shard before its signal: not decided
+	timer  *time.Timer   // the caller's, kept with the call: a wait allocates nothing
 }
 
 var calls = sync.Pool{New: func() any { return &Call{done: make(chan struct{}, 1)} }}
@@ -72,15 +73,19 @@ func (c *Call) Fail() {
 
 // Wait blocks until the shard signals c or wait passes.
 func (c *Call) Wait(wait time.Duration) error {
-	t := time.NewTimer(wait)
-	defer t.Stop()
+	if c.timer == nil {
+		c.timer = time.NewTimer(wait)
+	} else {
+		c.timer.Reset(wait) // a stopped timer's channel holds nothing (Go 1.23 timers)
+	}
 	select {
 	case <-c.done:
+		c.timer.Stop()
 		if c.failed {
 			return ErrClosed
 		}
 		return nil
-	case <-t.C:
+	case <-c.timer.C:
 		return ErrNoAnswer
 	}
 }
