@@ -83,15 +83,18 @@ func (d *desk) serveOne(c *handover.Call, serve func(c *handover.Call)) {
 		c.Fail()
 		return
 	}
-	d.cur = d.free[len(d.free)-1]
-	d.curTaken = false
-	d.slots[d.cur].call = c
+	i := d.free[len(d.free)-1]
+	d.free = d.free[:len(d.free)-1]
+	d.cur, d.curTaken = i, false
+	d.slots[i].call = c
 	serve(c)
 	if d.curTaken {
-		d.free = d.free[:len(d.free)-1]
+		// Held under its ticket: complete answers it, possibly already
+		// (a handler may complete its own postponed answer).
 		return
 	}
-	d.slots[d.cur].call = nil
+	d.slots[i] = deskSlot{}
+	d.free = append(d.free, i)
 	c.Done()
 }
 

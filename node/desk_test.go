@@ -148,6 +148,16 @@ func TestTheDeskHoldsPostponedCallsUnderTickets(t *testing.T) {
 	if d.held() != 0 || d.complete(tickets[1], nil) {
 		t.Fatalf("%d held after the sweep, or its ticket still completes", d.held())
 	}
+	// A call the shard postpones and completes before Serve returns (a
+	// handler may) is answered once, and its slot is free again.
+	c7 := send()
+	d.serveAll(func(c *handover.Call) {
+		ticket := d.postpone(now)
+		d.complete(ticket, func(r *fasthttp.Response) { r.SetStatusCode(202) })
+	})
+	if err := c7.Wait(time.Second); err != nil || c7.Resp.StatusCode() != 202 || d.held() != 0 || len(d.free) != 2 {
+		t.Fatalf("completed while served: %v %d, %d held, %d free", err, c7.Resp.StatusCode(), d.held(), len(d.free))
+	}
 	// Closing fails what is held and what waits.
 	c5 := send()
 	d.serveAll(serveWith(d, &now, true, &tickets))
