@@ -79,7 +79,9 @@ func (c *forwardCall) addHeader(name, value string) error {
 	if !fitsHeader(value) {
 		return invalid("header %s: a value holds no control byte", name)
 	}
-	c.headers = append(c.headers, header{name, value})
+	// As an HTTP parser reads a field: without the spaces and tabs around
+	// its value (RFC 9110 §5.5).
+	c.headers = append(c.headers, header{name, strings.Trim(value, " \t")})
 	return nil
 }
 

@@ -45,7 +45,7 @@ func (h *shards) exchange(c *handover.Call, hint string) error {
 		return status.Error(codes.Unavailable, "tollgated: the data plane did not answer in time; the call's outcome is unknown (it may have been billed)")
 	case errors.Is(err, handover.ErrFull):
 		handover.Release(c)
-		return status.Error(codes.ResourceExhausted, "tollgated: the shard's hand-over port is full; retry")
+		return status.Error(codes.ResourceExhausted, "tollgated: the shard holds as many hand-overs as it can; nothing was decided, retry")
 	default: // ErrClosed
 		handover.Release(c)
 		return status.Error(codes.Unavailable, "tollgated: the data plane is stopping; the call was not decided")

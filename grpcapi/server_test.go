@@ -270,3 +270,22 @@ func TestAddressesDefaultToLoopback(t *testing.T) {
 		t.Fatalf("an explicit host changed: %q", a)
 	}
 }
+
+// TestHeaderValuesAreReadAsAnHTTPParserReadsThem: a check's header values
+// reach the shard without the spaces and tabs around them, as the fields
+// of a request read from a socket do, so " Bearer k" is the key k and a
+// count header "\t7" is 7.
+func TestHeaderValuesAreReadAsAnHTTPParserReadsThem(t *testing.T) {
+	req := someCheck("/")
+	req.Attributes.Request.Http.Headers = map[string]string{"authorization": " Bearer k\t", "x-count": "\t7 "}
+	call, err := decodeCheck(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := call.headerValue("Authorization"); got != "Bearer k" {
+		t.Fatalf("authorization %q", got)
+	}
+	if got := call.headerValue("X-Count"); got != "7" {
+		t.Fatalf("x-count %q", got)
+	}
+}

@@ -43,7 +43,7 @@ type Call struct {
 	Resp fasthttp.Response
 
 	done   chan struct{} // one signal per hand-over, buffered: the shard never blocks
-	failed bool          // written by the shard before its signal: not decided
+	failed error         // written by the shard before its signal: why it was not decided
 	timer  *time.Timer   // the caller's, kept with the call: a wait allocates nothing
 }
 
@@ -57,17 +57,18 @@ func Acquire() *Call { return calls.Get().(*Call) }
 func Release(c *Call) {
 	c.Req.Reset()
 	c.Resp.Reset()
-	c.failed = false
+	c.failed = nil
 	calls.Put(c)
 }
 
 // Done tells the caller the answer is in c.Resp. Shard only, once per Send.
 func (c *Call) Done() { c.done <- struct{}{} }
 
-// Fail tells the caller the shard stopped before deciding c. Shard only,
+// Fail tells the caller the shard did not decide c, and why: ErrClosed
+// (it stopped) or ErrFull (it holds as many calls as it can). Shard only,
 // once per Send, instead of Done.
-func (c *Call) Fail() {
-	c.failed = true
+func (c *Call) Fail(why error) {
+	c.failed = why
 	c.done <- struct{}{}
 }
 
@@ -81,10 +82,7 @@ func (c *Call) Wait(wait time.Duration) error {
 	select {
 	case <-c.done:
 		c.timer.Stop()
-		if c.failed {
-			return ErrClosed
-		}
-		return nil
+		return c.failed
 	case <-c.timer.C:
 		return ErrNoAnswer
 	}
@@ -157,7 +155,7 @@ func (p *Port) Close() {
 	for {
 		n := p.Take(batch[:])
 		for _, c := range batch[:n] {
-			c.Fail()
+			c.Fail(ErrClosed)
 		}
 		if n < len(batch) {
 			return

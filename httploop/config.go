@@ -70,6 +70,11 @@ type Config struct {
 	// the loop sooner than IdleTick (no deadline of its own coming).
 	Quiet func() bool
 
+	// Holding, when set, reports whether the handler holds answers of its
+	// own, beside the loop's connections (node's hand-over desk): a drain
+	// then keeps the loop running, until its deadline, while it does.
+	Holding func() bool
+
 	// Wake, when set, is polled with the connections; OnWake runs on the loop
 	// thread whenever it rang or holds messages. *ring.Doorbell satisfies
 	// Waker; WakeFD adapts a bare eventfd.

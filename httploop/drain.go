@@ -54,7 +54,7 @@ func (l *Loop) drainStep(deadline int64) bool {
 			return false
 		}
 	}
-	if l.nconns == 0 {
+	if l.nconns == 0 && (l.cfg.Holding == nil || !l.cfg.Holding()) {
 		return true
 	}
 	if l.now >= deadline {

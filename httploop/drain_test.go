@@ -5,6 +5,7 @@ package httploop
 import (
 	"bufio"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -77,4 +78,33 @@ func TestDrainWithoutConnections(t *testing.T) {
 		t.Fatalf("an idle loop took %v to drain", d)
 	}
 	s.Drain(time.Now()) // after Run returned: harmless
+}
+
+// A drain waits for answers the handler holds beside the loop's
+// connections (Config.Holding) until they are given or the deadline
+// passes.
+func TestDrainWaitsWhileTheHandlerHolds(t *testing.T) {
+	var holding atomic.Bool
+	holding.Store(true)
+	s := start(t, testHandler, Config{Tick: 10 * time.Millisecond, Holding: holding.Load})
+	s.Drain(time.Now().Add(time.Minute))
+	select {
+	case err := <-s.done:
+		t.Fatalf("Run returned (%v) while the handler held answers", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	holding.Store(false)
+	if err := s.wait(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	held := start(t, testHandler, Config{Tick: 10 * time.Millisecond, Holding: func() bool { return true }})
+	began := time.Now()
+	held.Drain(began.Add(200 * time.Millisecond))
+	if err := held.wait(5 * time.Second); err != nil {
+		t.Fatalf("a drain past its deadline: %v", err)
+	}
+	if waited := time.Since(began); waited < 200*time.Millisecond {
+		t.Fatalf("Run returned %v after Drain, before its deadline", waited)
+	}
 }

@@ -28,8 +28,9 @@ type desk struct {
 	timeout int64 // ns a postponed call may wait before it is answered 504
 	sweepAt int64 // the next look for calls past their timeout
 
-	cur      uint32 // the slot of the call being served
-	curTaken bool   // the call being served was postponed
+	cur       uint32 // the slot of the call being served
+	curTaken  bool   // the call being served was postponed
+	curTicket uint64 // its ticket, once postponed
 }
 
 type deskSlot struct {
@@ -80,7 +81,7 @@ func (d *desk) serveOne(c *handover.Call, serve func(c *handover.Call)) {
 		// The sender bounds its calls in flight to the desk's size, but
 		// a call it stopped waiting for (handover.ErrNoAnswer) may still
 		// hold a slot here until it is answered: refuse, undecided.
-		c.Fail()
+		c.Fail(handover.ErrFull)
 		return
 	}
 	i := d.free[len(d.free)-1]
@@ -101,14 +102,15 @@ func (d *desk) serveOne(c *handover.Call, serve func(c *handover.Call)) {
 // postpone is the Defer of the call being served: it keeps the call in its
 // slot and returns the slot's ticket (the same one if called again).
 func (d *desk) postpone(now int64) uint64 {
-	s := &d.slots[d.cur]
 	if !d.curTaken {
+		s := &d.slots[d.cur]
 		d.seq++
 		s.ticket = deskTicket | uint64(d.cur)<<deskSeqs | d.seq&(1<<deskSeqs-1)
 		s.since = now
-		d.curTaken = true
+		d.curTaken, d.curTicket = true, s.ticket
 	}
-	return s.ticket
+	// The same ticket, even once a handler has completed it meanwhile.
+	return d.curTicket
 }
 
 // slotOf returns the index of the slot ticket names while its call is
@@ -167,15 +169,16 @@ func (d *desk) sweep(now int64) {
 	}
 }
 
-// close fails every call the desk holds or the port still queues: the
-// shard will not answer them.
+// close ends every call the desk holds or the port still queues: the
+// shard will not answer them. A queued call was never served: it fails
+// undecided. A held one was served and may have billed (its answer waited
+// for the disk, or for another shard): it is answered 504 answer-timeout,
+// outcome unknown, as the loop answers a postponed request it gives up on.
 func (d *desk) close() {
 	d.port.Close()
 	for i := range d.slots {
-		s := &d.slots[i]
-		if c := s.call; c != nil {
-			d.release(i)
-			c.Fail()
+		if s := &d.slots[i]; s.call != nil {
+			d.complete(s.ticket, httploop.FillAnswerTimeout)
 		}
 	}
 }

@@ -128,14 +128,25 @@ func TestTheDeskHoldsPostponedCallsUnderTickets(t *testing.T) {
 	if err := c1.Wait(time.Second); err != nil || c1.Resp.StatusCode() != 201 || d.pending(tickets[0]) {
 		t.Fatalf("completed: %v %d", err, c1.Resp.StatusCode())
 	}
-	if d.complete(tickets[0], nil) || d.complete(tickets[0]^1, nil) || d.complete(httploopTicket(), nil) {
+	// c1's slot is free again and the next postponed call takes it: c1's
+	// ticket, or one forged from it, must not answer that call.
+	cNext := send()
+	d.serveAll(serveWith(d, &now, true, &tickets))
+	next := tickets[len(tickets)-1]
+	if next&^(1<<deskSeqs-1) != tickets[0]&^(1<<deskSeqs-1) {
+		t.Fatalf("the next call took another slot: %x after %x", next, tickets[0])
+	}
+	if d.complete(tickets[0], nil) || d.complete(tickets[0]^1, nil) || d.complete(httploopTicket(), nil) || !d.pending(next) {
 		t.Fatal("a stale, forged or foreign ticket completed a call")
+	}
+	if !d.complete(next, nil) || cNext.Wait(time.Second) != nil {
+		t.Fatal("the slot's own ticket did not complete its call")
 	}
 	// A third call while one slot is free, a fourth with none: refused.
 	c3, c4 := send(), send()
 	d.serveAll(serveWith(d, &now, true, &tickets))
-	if err := c4.Wait(time.Second); !errors.Is(err, handover.ErrClosed) {
-		t.Fatalf("a call beyond the desk's slots: %v, want refused undecided", err)
+	if err := c4.Wait(time.Second); !errors.Is(err, handover.ErrFull) {
+		t.Fatalf("a call beyond the desk's slots: %v, want refused undecided (%v)", err, handover.ErrFull)
 	}
 	// Past the timeout: 504 answer-timeout, and the ticket is stale.
 	now += d.timeout + 1
@@ -154,23 +165,47 @@ func TestTheDeskHoldsPostponedCallsUnderTickets(t *testing.T) {
 	d.serveAll(func(c *handover.Call) {
 		ticket := d.postpone(now)
 		d.complete(ticket, func(r *fasthttp.Response) { r.SetStatusCode(202) })
+		if d.postpone(now) != ticket {
+			panic("postponing again after completing gave another ticket")
+		}
 	})
 	if err := c7.Wait(time.Second); err != nil || c7.Resp.StatusCode() != 202 || d.held() != 0 || len(d.free) != 2 {
 		t.Fatalf("completed while served: %v %d, %d held, %d free", err, c7.Resp.StatusCode(), d.held(), len(d.free))
 	}
-	// Closing fails what is held and what waits.
+	// Closing answers a held call 504 (it was served: its outcome is
+	// unknown) and fails a queued one undecided.
 	c5 := send()
 	d.serveAll(serveWith(d, &now, true, &tickets))
 	c6 := send()
 	d.close()
-	for _, c := range []*handover.Call{c5, c6} {
-		if err := c.Wait(time.Second); !errors.Is(err, handover.ErrClosed) {
-			t.Fatalf("closing: %v, want %v", err, handover.ErrClosed)
-		}
+	if err := c5.Wait(time.Second); err != nil || c5.Resp.StatusCode() != 504 {
+		t.Fatalf("a held call at close: %v %d, want 504", err, c5.Resp.StatusCode())
+	}
+	if err := c6.Wait(time.Second); !errors.Is(err, handover.ErrClosed) {
+		t.Fatalf("a queued call at close: %v, want %v", err, handover.ErrClosed)
 	}
 	if err := d.port.Send(handover.Acquire()); !errors.Is(err, handover.ErrClosed) {
 		t.Fatalf("a send after close: %v", err)
 	}
+}
+
+// The shard's loop sleeps only when its port is empty too: a call sent
+// after the inbox was found empty, before the loop blocks, is seen.
+func TestTheLoopDoesNotSleepOnAWaitingCall(t *testing.T) {
+	tn := bindNodeHandOver(t, 1, false, httploop.Config{}, 2)
+	w := tn.runners[0].loopConfig().Wake // no loop runs yet: this goroutine may consume
+	if !w.BeginSleep() {
+		t.Fatal("an idle shard may not sleep")
+	}
+	w.EndSleep()
+	c := handover.Acquire()
+	if err := tn.HandOverPorts()[0].Send(c); err != nil {
+		t.Fatal(err)
+	}
+	if w.BeginSleep() {
+		t.Fatal("the shard may sleep with a call in its port")
+	}
+	w.EndSleep()
 }
 
 // httploopTicket is a ticket of the shard's loop: the desk never takes it.

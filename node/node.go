@@ -439,8 +439,8 @@ func (r *runner) run(started chan<- error, log zerolog.Logger) {
 	}
 	if r.desk != nil {
 		// No call is taken from here on; the ones the shard postponed
-		// are still answered while Shutdown drives it (or failed at
-		// close).
+		// are still answered while Shutdown drives it (or answered 504
+		// at close: they may have billed).
 		r.desk.port.Close()
 	}
 }
@@ -464,6 +464,7 @@ func (r *runner) loopConfig() httploop.Config {
 			r.desk.serveAll(r.serveCall)
 		}
 		lc.Quiet = func() bool { return r.s.Quiet() && r.desk.held() == 0 }
+		lc.Holding = func() bool { return r.desk.held() > 0 }
 		tick := lc.OnTick
 		lc.OnTick = func(now int64) {
 			tick(now)
