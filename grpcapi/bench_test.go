@@ -9,6 +9,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/tollgated/tollgated/handover"
+	"github.com/tollgated/tollgated/internal/handovertest"
 )
 
 // BenchmarkShouldRateLimit is the service's own work per decision, without
@@ -17,40 +18,15 @@ import (
 // shard answers an admitted hit, and the answer read back into Envoy's
 // response. Its allocations are what a call adds to grpc-go's own.
 func BenchmarkShouldRateLimit(b *testing.B) {
-	wake := make(chan struct{}, 1)
-	port, err := handover.NewPort(4, func() {
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
+	// The shard: an admitted hit's answer.
+	port := handovertest.Serve(b, 4, func(c *handover.Call) {
+		h := &c.Resp.Header
+		h.Set("X-Tollgate-Account", "acme")
+		h.Set("X-Tollgate-Request-Id", "61f3abf7e4470000dd9a23188957c668")
+		h.Set("X-Tollgate-Units", "10")
+		h.Set("RateLimit-Policy", `"requests";q=100;w=1`)
+		h.Set("RateLimit", `"requests";r=99;t=1`)
 	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() { // the shard: an admitted hit's answer
-		var batch [4]*handover.Call
-		for {
-			n := port.Take(batch[:])
-			for _, c := range batch[:n] {
-				h := &c.Resp.Header
-				h.Set("X-Tollgate-Account", "acme")
-				h.Set("X-Tollgate-Request-Id", "61f3abf7e4470000dd9a23188957c668")
-				h.Set("X-Tollgate-Units", "10")
-				h.Set("RateLimit-Policy", `"requests";q=100;w=1`)
-				h.Set("RateLimit", `"requests";r=99;t=1`)
-				c.Done()
-			}
-			if n == 0 {
-				select {
-				case <-wake:
-				case <-stop:
-					return
-				}
-			}
-		}
-	}()
 	s, err := Listen(Config{Listen: "127.0.0.1:0", Ports: []*handover.Port{port}, Domain: "tollgated",
 		AccountEntry: "account", KeyHeader: "Authorization", Secret: make([]byte, 32), Binder: new(countingBinder),
 		Ready: always, MaxHandOver: 4, MaxConns: 8, MaxStreams: 8})

@@ -24,6 +24,7 @@ import (
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/credential"
 	"github.com/tollgated/tollgated/handover"
+	"github.com/tollgated/tollgated/internal/handovertest"
 )
 
 // countingBinder binds keys for every account but "ghost", as a plane
@@ -63,43 +64,13 @@ func serve(t *testing.T, dataPlane http.Handler, handOver int, ready func() bool
 
 // servePort is a hand-over port whose calls h answers on one goroutine.
 func servePort(t *testing.T, h http.Handler, size int) *handover.Port {
-	wake := make(chan struct{}, 1)
-	port, err := handover.NewPort(size, func() {
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop, done := make(chan struct{}), make(chan struct{})
 	handle := fasthttpadaptor.NewFastHTTPHandler(h)
-	go func() {
-		defer close(done)
-		var batch [8]*handover.Call
-		for {
-			n := port.Take(batch[:])
-			for _, c := range batch[:n] {
-				var ctx fasthttp.RequestCtx
-				ctx.Init(&c.Req, nil, nil)
-				handle(&ctx)
-				ctx.Response.CopyTo(&c.Resp)
-				c.Done()
-			}
-			if n > 0 {
-				continue
-			}
-			select {
-			case <-wake:
-			case <-stop:
-				port.Close()
-				return
-			}
-		}
-	}()
-	t.Cleanup(func() { close(stop); <-done })
-	return port
+	return handovertest.Serve(t, size, func(c *handover.Call) {
+		var ctx fasthttp.RequestCtx
+		ctx.Init(&c.Req, nil, nil)
+		handle(&ctx)
+		ctx.Response.CopyTo(&c.Resp)
+	})
 }
 
 func always() bool { return true }
