@@ -28,8 +28,9 @@ import (
 
 // Errors of Send and Wait.
 var (
-	// ErrFull: the shard's port holds as many calls as it was sized for.
-	ErrFull = errors.New("handover: the shard's port is full")
+	// ErrFull: the shard's port, or the calls it holds, are at the size
+	// they were made for; the call was not decided.
+	ErrFull = errors.New("handover: the shard holds as many calls as it can")
 	// ErrClosed: the shard has stopped; the call was not decided.
 	ErrClosed = errors.New("handover: the shard has stopped")
 	// ErrNoAnswer: no answer came within the wait. The call's outcome is

@@ -11,6 +11,7 @@ import (
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
@@ -76,5 +77,37 @@ func TestKill9LosesNoGRPCAdmittedUsage(t *testing.T) {
 	t.Logf("acknowledged before kill -9: %d (other answers %v)", len(a.units), a.denied)
 	p = startProc(t, dir, flags...)
 	p.stop()
+	billedExactlyOnce(t, dir, "edge", a)
+}
+
+// TestSIGTERMUnderGRPCLoadAnswersAndBillsEveryCall: a daemon stopped while
+// gRPC rate-limit calls are in flight on two shards exits cleanly, answers
+// every call (none waits out its deadline: the shards' desks hold calls
+// until they are answered, and a drain waits for them), and bills every
+// hit it answered OK exactly once, with every lease released.
+func TestSIGTERMUnderGRPCLoadAnswersAndBillsEveryCall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real processes")
+	}
+	t.Parallel()
+	dir := t.TempDir()
+	p := startProc(t, dir, "--shards", "2", "--usage-history", "1000000", "--grpc-listen", "127.0.0.1:0")
+	p.provision("edge", 1_000_000, 10)
+	p.gatewayPolicy("edge", 10, 0, 0)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a := rateLimitLoad(ctx, rlsv3.NewRateLimitServiceClient(grpcConn(t, p)), "edge", 16)
+	a.awaitAcked(t, 500)
+	p.stop() // exit 0 within 30 s, or the test fails
+	a.wait()
+	cancel()
+	a.mu.Lock()
+	hung := a.denied["error "+codes.DeadlineExceeded.String()]
+	a.mu.Unlock()
+	t.Logf("answered OK before and during the stop: %d (other answers %v)", len(a.units), a.denied)
+	if hung != 0 {
+		t.Fatalf("%d calls waited out their deadline across the stop", hung)
+	}
 	billedExactlyOnce(t, dir, "edge", a)
 }
