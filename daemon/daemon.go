@@ -88,6 +88,7 @@ type Daemon struct {
 	droppedRecords uint64
 	adminAddr      string
 	grpc           *grpcapi.Server // nil when off or not yet open
+	grpcStats      grpcapi.Stats   // the gRPC hand-over's counters, for metrics
 	serving        atomic.Bool     // the data plane serves and is not draining
 }
 

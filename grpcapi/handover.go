@@ -24,6 +24,19 @@ type shards struct {
 	max      int64
 	inFlight atomic.Int64
 	next     atomic.Uint64 // the shard of a call without a hint
+	stats    *Stats
+}
+
+// Stats are the hand-over's counters, for metrics: the calls handed over
+// now and, by outcome, those that got no decision. The daemon makes them
+// once and keeps them across the listener's life.
+type Stats struct {
+	InFlight atomic.Int64
+	// Busy: refused with --grpc-hand-over calls already handed over;
+	// Full: refused by a shard holding as many as it can; Stopping: the
+	// shard had stopped; NoAnswer: no answer within 6 s (outcome
+	// unknown).
+	Busy, Full, Stopping, NoAnswer atomic.Uint64
 }
 
 // exchange hands c to a shard — the one hint names, so that one account's
@@ -33,20 +46,26 @@ type shards struct {
 func (h *shards) exchange(c *handover.Call, hint string) error {
 	if h.inFlight.Add(1) > h.max {
 		h.inFlight.Add(-1)
+		h.stats.Busy.Add(1)
 		handover.Release(c)
 		return status.Error(codes.ResourceExhausted, "tollgated: every hand-over slot to the shards is busy; retry")
 	}
+	h.stats.InFlight.Add(1)
 	err := h.ports[h.pick(hint)].Exchange(c, answerWait)
+	h.stats.InFlight.Add(-1)
 	h.inFlight.Add(-1)
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, handover.ErrNoAnswer):
+		h.stats.NoAnswer.Add(1)
 		return status.Error(codes.Unavailable, "tollgated: the data plane did not answer in time; the call's outcome is unknown (it may have been billed)")
 	case errors.Is(err, handover.ErrFull):
+		h.stats.Full.Add(1)
 		handover.Release(c)
 		return status.Error(codes.ResourceExhausted, "tollgated: the shard holds as many hand-overs as it can; nothing was decided, retry")
 	default: // ErrClosed
+		h.stats.Stopping.Add(1)
 		handover.Release(c)
 		return status.Error(codes.Unavailable, "tollgated: the data plane is stopping; the call was not decided")
 	}

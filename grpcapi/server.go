@@ -1,6 +1,7 @@
 package grpcapi
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -45,6 +46,9 @@ type Config struct {
 	// calls per connection.
 	MaxHandOver, MaxConns int
 	MaxStreams            uint32
+	// Stats, if set, receives the hand-over's counters (else they are
+	// kept privately).
+	Stats *Stats
 }
 
 // MaxHandOver bounds Config.MaxHandOver.
@@ -106,7 +110,7 @@ func Listen(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, rules: rateLimitRules{domain: cfg.Domain, accountEntry: cfg.AccountEntry},
-		keys: keys, shards: &shards{ports: cfg.Ports, max: int64(cfg.MaxHandOver)}, ln: netutil.LimitListener(ln, cfg.MaxConns),
+		keys: keys, shards: &shards{ports: cfg.Ports, max: int64(cfg.MaxHandOver), stats: cmp.Or(cfg.Stats, new(Stats))}, ln: netutil.LimitListener(ln, cfg.MaxConns),
 		draining: make(chan struct{})}
 	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.MaxConcurrentStreams(cfg.MaxStreams),
 		grpc.MaxHeaderListSize(16<<10), grpc.ConnectionTimeout(5*time.Second),

@@ -45,10 +45,16 @@ func (b *countingBinder) BindInstalledKey(_ credential.Digest, id core.AccountID
 // shard's thread does.
 func serve(t *testing.T, dataPlane http.Handler, handOver int, ready func() bool) (*grpc.ClientConn, *countingBinder) {
 	t.Helper()
+	return serveCounted(t, dataPlane, handOver, ready, new(Stats))
+}
+
+// serveCounted is serve with the hand-over's counters in stats.
+func serveCounted(t *testing.T, dataPlane http.Handler, handOver int, ready func() bool, stats *Stats) (*grpc.ClientConn, *countingBinder) {
+	t.Helper()
 	b := new(countingBinder)
 	s, err := Listen(Config{Listen: "127.0.0.1:0", Ports: []*handover.Port{servePort(t, dataPlane, handOver)}, Domain: "tollgated",
 		AccountEntry: "account", KeyHeader: "Authorization", Secret: make([]byte, 32), Binder: b, Ready: ready,
-		MaxHandOver: handOver, MaxConns: 8, MaxStreams: 8})
+		MaxHandOver: handOver, MaxConns: 8, MaxStreams: 8, Stats: stats})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,11 +91,12 @@ func someCheck(path string) *authv3.CheckRequest {
 func TestAFullHandOverIsRefusedNotQueued(t *testing.T) {
 	entered, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	conn, _ := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	stats := new(Stats)
+	conn, _ := serveCounted(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		once.Do(func() { close(entered) })
 		<-release
 		w.WriteHeader(200)
-	}), 1, always)
+	}), 1, always, stats)
 	authz := authv3.NewAuthorizationClient(conn)
 	first := make(chan error, 1)
 	go func() {
@@ -101,9 +108,15 @@ func TestAFullHandOverIsRefusedNotQueued(t *testing.T) {
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("second call while the only hand-over slot is busy: %v, want RESOURCE_EXHAUSTED", err)
 	}
+	if stats.Busy.Load() != 1 || stats.InFlight.Load() != 1 {
+		t.Fatalf("counted %d refused busy with %d in flight, want 1 and 1", stats.Busy.Load(), stats.InFlight.Load())
+	}
 	close(release)
 	if err := <-first; err != nil {
 		t.Fatalf("the call in flight: %v", err)
+	}
+	if stats.InFlight.Load() != 0 {
+		t.Fatalf("%d in flight after every call returned", stats.InFlight.Load())
 	}
 }
 

@@ -174,6 +174,14 @@ func TestGRPCRateLimitServiceAdmitsWithinTheBurstThenRefuses(t *testing.T) {
 			t.Errorf("%s: %v, want INVALID_ARGUMENT", name, err)
 		}
 	}
+	// The hand-over's series are exported, with nothing refused here.
+	metrics := p.metricsText()
+	for _, series := range []string{"tollgated_grpc_handover_in_flight 0", `tollgated_grpc_handover_refused_total{reason="busy"} 0`,
+		`tollgated_grpc_handover_refused_total{reason="no_answer"} 0`} {
+		if !strings.Contains(metrics, "\n"+series+"\n") {
+			t.Errorf("metrics lack %q", series)
+		}
+	}
 	p.requireAlive(t)
 }
 
