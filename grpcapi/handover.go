@@ -20,17 +20,18 @@ const answerWait = 6 * time.Second
 // hand-over ports, at most max at once: a call beyond them is refused,
 // not queued.
 type shards struct {
-	ports    []*handover.Port
-	max      int64
-	inFlight atomic.Int64
-	next     atomic.Uint64 // the shard of a call without a hint
-	stats    *Stats
+	ports []*handover.Port
+	max   int64
+	next  atomic.Uint64 // the shard of a call without a hint
+	stats *Stats        // its InFlight is the bound's count
 }
 
 // Stats are the hand-over's counters, for metrics: the calls handed over
 // now and, by outcome, those that got no decision. The daemon makes them
 // once and keeps them across the listener's life.
 type Stats struct {
+	// InFlight counts the calls handed over; a call about to be refused
+	// busy is in it for the moment it takes to find out.
 	InFlight atomic.Int64
 	// Busy: refused with --grpc-hand-over calls already handed over;
 	// Full: refused by a shard holding as many as it can; Stopping: the
@@ -44,16 +45,14 @@ type Stats struct {
 // c.Resp, or why there is none as a gRPC status. On an error c is gone:
 // released, or abandoned to a shard that may still write it.
 func (h *shards) exchange(c *handover.Call, hint string) error {
-	if h.inFlight.Add(1) > h.max {
-		h.inFlight.Add(-1)
+	if h.stats.InFlight.Add(1) > h.max {
+		h.stats.InFlight.Add(-1)
 		h.stats.Busy.Add(1)
 		handover.Release(c)
 		return status.Error(codes.ResourceExhausted, "tollgated: every hand-over slot to the shards is busy; retry")
 	}
-	h.stats.InFlight.Add(1)
 	err := h.ports[h.pick(hint)].Exchange(c, answerWait)
 	h.stats.InFlight.Add(-1)
-	h.inFlight.Add(-1)
 	switch {
 	case err == nil:
 		return nil

@@ -175,7 +175,7 @@ func TestGRPCRateLimitServiceAdmitsWithinTheBurstThenRefuses(t *testing.T) {
 		}
 	}
 	// The hand-over's series are exported, with nothing refused here.
-	metrics := p.metricsText()
+	metrics := p.scrape()
 	for _, series := range []string{"tollgated_grpc_handover_in_flight 0", `tollgated_grpc_handover_refused_total{reason="busy"} 0`,
 		`tollgated_grpc_handover_refused_total{reason="no_answer"} 0`} {
 		if !strings.Contains(metrics, "\n"+series+"\n") {

@@ -7,8 +7,6 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -97,7 +95,7 @@ func billedExcept(t *testing.T, dir string, a *acked, lost int) int {
 // metric reads one sample from the admin API's /metrics (0 if absent).
 func (p *proc) metric(name string) float64 {
 	p.t.Helper()
-	for _, line := range strings.Split(p.metricsText(), "\n") {
+	for _, line := range strings.Split(p.scrape(), "\n") {
 		if v, ok := strings.CutPrefix(line, name+" "); ok {
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil {
@@ -107,20 +105,6 @@ func (p *proc) metric(name string) float64 {
 		}
 	}
 	return 0
-}
-
-// metricsText is the admin API's /metrics page.
-func (p *proc) metricsText() string {
-	p.t.Helper()
-	req, _ := http.NewRequest("GET", "http://"+p.adm+"/metrics", nil)
-	req.Header.Set("Authorization", "Bearer "+testAdminToken)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return string(b)
 }
 
 // TestSpoolTruncationIsReportedAndCounted: the spool of a daemon killed
