@@ -217,7 +217,7 @@ func (l *Loop) wait(timeout int, idle bool) (int, error) {
 		l.cfg.BeforeBlock()
 	}
 	if idle && timeout > 0 && l.park != nil {
-		return l.park.wait(l.epfd, l.events, time.Duration(timeout)*time.Millisecond)
+		return l.park.wait(l.events, time.Duration(timeout)*time.Millisecond)
 	}
 	return unix.EpollWait(l.epfd, l.events, timeout)
 }
@@ -295,6 +295,9 @@ func (l *Loop) Run() error {
 		l.runReady()
 		l.sendQueued()
 		l.sweep()
+		if l.park != nil {
+			l.park.settle(l.now)
+		}
 		if d := l.drainAt.Load(); d != 0 && l.drainStep(d) {
 			return nil
 		}
