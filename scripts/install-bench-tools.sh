@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # scripts/install-bench-tools.sh — installs what the HTTP benchmarks run
 # beside tollgated, from Debian packages, when it is missing: the load
-# generator (wrk) for bench/http.sh and bench/peers.sh, and Redis
-# (redis-server) for the envoyproxy/ratelimit peer of bench/peers.sh.
+# generator (wrk) for bench/http.sh and bench/peers.sh, Redis
+# (redis-server) for the envoyproxy/ratelimit peer of bench/peers.sh, and
+# perf (Debian's linux-perf) for bench/profile.sh.
 #
-# Usage: scripts/install-bench-tools.sh [wrk] [redis-server]   (default: wrk)
+# Usage: scripts/install-bench-tools.sh [wrk] [redis-server] [perf]   (default: wrk)
 #
 # Idempotent and quiet: with everything installed it prints nothing and
 # changes nothing. The packages' own services must not start (Debian's
@@ -20,8 +21,9 @@ for pkg in "${want[@]}"; do
 	case "$pkg" in
 	wrk) command -v wrk >/dev/null 2>&1 || missing+=(wrk) ;;
 	redis-server) command -v redis-server >/dev/null 2>&1 || missing+=(redis-server) ;;
+	perf) command -v perf >/dev/null 2>&1 || missing+=(linux-perf) ;;
 	*)
-		echo "install-bench-tools.sh: unknown tool $pkg (want wrk or redis-server)" >&2
+		echo "install-bench-tools.sh: unknown tool $pkg (want wrk, redis-server or perf)" >&2
 		exit 2
 		;;
 	esac
