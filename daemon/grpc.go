@@ -18,7 +18,8 @@ func (d *Daemon) openGRPC(secret []byte) error {
 	g := d.cfg.GRPC
 	srv, err := grpcapi.Listen(grpcapi.Config{Listen: g.Listen, Ports: d.node.HandOverPorts(), Domain: g.Domain,
 		AccountEntry: g.AccountEntry, KeyHeader: d.cfg.AuthzKeyHeader, Secret: secret, Binder: d.node.Plane(),
-		Ready: d.serves, MaxHandOver: g.MaxHandOver, MaxConns: g.MaxConns, MaxStreams: g.MaxStreams, Stats: &d.grpcStats})
+		Ready: d.serves, MaxHandOver: g.MaxHandOver, MaxConns: g.MaxConns, MaxStreams: g.MaxStreams, Stats: &d.grpcStats,
+		MaxHeaderBytes: d.cfg.Transport.MaxHeaderBytes})
 	if err != nil {
 		return fmt.Errorf("opening the gRPC listener: %w", err)
 	}

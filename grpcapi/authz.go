@@ -94,6 +94,9 @@ type authorizationService struct {
 // Check is /v1/authz: the same shard decision, its headers and status
 // carried in Envoy's terms.
 func (a authorizationService) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
+	if headBytes(req.GetAttributes().GetRequest().GetHttp()) > a.s.cfg.MaxHeaderBytes {
+		return headerTooLarge(), nil
+	}
 	call, err := decodeCheck(req)
 	if err != nil {
 		return nil, err
@@ -105,6 +108,34 @@ func (a authorizationService) Check(ctx context.Context, req *authv3.CheckReques
 	}
 	defer handover.Release(c)
 	return checkResponse(&c.Resp), nil
+}
+
+// headBytes is the size of h's request line and headers as an HTTP/1.1
+// head: what the shards bound when a gateway forwards the request itself.
+// Every header counts, including those not passed on (Host, …), as they
+// count on the wire.
+func headBytes(h *authv3.AttributeContext_HttpRequest) int {
+	n := len(h.GetMethod()) + 1 + len(h.GetPath()) + len(" HTTP/1.1\r\n") + len("\r\n")
+	for k, v := range h.GetHeaders() {
+		n += len(k) + len(": ") + len(v) + len("\r\n")
+	}
+	for _, hv := range h.GetHeaderMap().GetHeaders() {
+		n += len(hv.GetKey()) + len(": ") + max(len(hv.GetValue()), len(hv.GetRawValue())) + len("\r\n")
+	}
+	return n
+}
+
+// tooLargeBody is the shards' problem document for a head over the bound.
+const tooLargeBody = `{"type":"about:blank","title":"Request Header Fields Too Large","status":431,"code":"header-too-large"}`
+
+// headerTooLarge denies a check whose request head is over the bound, as
+// a shard answers such a request: 431 header-too-large. Nothing is
+// decided or billed.
+func headerTooLarge() *authv3.CheckResponse {
+	denied := &authv3.DeniedHttpResponse{Status: &typev3.HttpStatus{Code: typev3.StatusCode_RequestHeaderFieldsTooLarge},
+		Body: tooLargeBody, Headers: []*corev3.HeaderValueOption{overwrite("Content-Type", "application/problem+json")}}
+	return &authv3.CheckResponse{Status: &rpcstatus.Status{Code: int32(codes.PermissionDenied), Message: "header-too-large"},
+		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: denied}}
 }
 
 // upstreamHeaders are the answer headers an allowed request carries on to

@@ -273,3 +273,31 @@ func TestHeaderValuesAreReadAsAnHTTPParserReadsThem(t *testing.T) {
 		t.Fatalf("x-count %q", got)
 	}
 }
+
+// TestACheckWithAHeadOverTheBoundIsDenied431: a check whose request line
+// and headers, as an HTTP/1.1 head, are over MaxHeaderBytes (here the
+// default, the data plane's 8 KiB) is denied 431 header-too-large, as the
+// shards answer such a forward-auth request, and reaches no shard; one
+// just within the bound is decided.
+func TestACheckWithAHeadOverTheBoundIsDenied431(t *testing.T) {
+	var calls atomic.Int32
+	conn, _ := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls.Add(1) }), 1, always)
+	client := authv3.NewAuthorizationClient(conn)
+	req := someCheck("/")
+	fill := defaultMaxHeaderBytes - headBytes(req.Attributes.Request.Http) - len("x-big: \r\n")
+	req.Attributes.Request.Http.Headers["x-big"] = strings.Repeat("a", fill)
+	resp, err := client.Check(context.Background(), req)
+	if err != nil || resp.GetOkResponse() == nil || calls.Load() != 1 {
+		t.Fatalf("a head of exactly the bound: %v %v after %d decisions, want OK from the data plane", resp, err, calls.Load())
+	}
+	req.Attributes.Request.Http.Headers["x-big"] += "a"
+	resp, err = client.Check(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := resp.GetDeniedResponse()
+	if d.GetStatus().GetCode() != 431 || resp.GetStatus().GetMessage() != "header-too-large" ||
+		!strings.Contains(d.GetBody(), `"code":"header-too-large"`) || calls.Load() != 1 {
+		t.Fatalf("a head one byte over the bound: %v after %d decisions, want 431 header-too-large and no decision", resp, calls.Load())
+	}
+}

@@ -248,6 +248,29 @@ func TestGRPCCheckDecidesLikeForwardAuth(t *testing.T) {
 	}
 
 	ctx := context.Background()
+	// A head over --max-header-bytes (the default, 8 KiB) is 431
+	// header-too-large on both paths.
+	big := strings.Repeat("a", 9000)
+	got, err := authz.Check(ctx, &authv3.CheckRequest{Attributes: &authv3.AttributeContext{Request: &authv3.AttributeContext_Request{
+		Http: &authv3.AttributeContext_HttpRequest{Method: "GET", Path: "/v1/chat", Headers: map[string]string{"authorization": "Bearer " + key, "x-big": big}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("GET", "http://"+p.listen+"/v1/authz", nil)
+	req.Header.Set("X-Original-Method", "GET")
+	req.Header.Set("X-Original-URI", "/v1/chat")
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("X-Big", big)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpBody, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if d := got.GetDeniedResponse(); resp.StatusCode != 431 || d.GetStatus().GetCode() != 431 ||
+		problemCodeOf(d.GetBody()) != "header-too-large" || problemCodeOf(string(httpBody)) != "header-too-large" {
+		t.Fatalf("a head over the bound: gRPC %v, /v1/authz %d %s; want 431 header-too-large from both", got, resp.StatusCode, httpBody)
+	}
 	if _, err := authz.Check(ctx, &authv3.CheckRequest{}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("an empty CheckRequest: %v, want INVALID_ARGUMENT", err)
 	}
