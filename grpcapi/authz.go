@@ -113,14 +113,33 @@ func (a authorizationService) Check(ctx context.Context, req *authv3.CheckReques
 // headBytes is the size of h's request line and headers as an HTTP/1.1
 // head: what the shards bound when a gateway forwards the request itself.
 // Every header counts, including those not passed on (Host, …), as they
-// count on the wire.
+// count on the wire; the HTTP/2 pseudo-headers Envoy adds (:method,
+// :path, :scheme, :authority) are the request line's, so they count only
+// as the Host header :authority becomes when there is none.
 func headBytes(h *authv3.AttributeContext_HttpRequest) int {
 	n := len(h.GetMethod()) + 1 + len(h.GetPath()) + len(" HTTP/1.1\r\n") + len("\r\n")
+	field := func(k string, v int) {
+		if !strings.HasPrefix(k, ":") {
+			n += len(k) + len(": ") + v + len("\r\n")
+		}
+	}
+	host, authority := false, 0
 	for k, v := range h.GetHeaders() {
-		n += len(k) + len(": ") + len(v) + len("\r\n")
+		field(k, len(v))
+		host = host || strings.EqualFold(k, "host")
+		if k == ":authority" {
+			authority = len(v)
+		}
 	}
 	for _, hv := range h.GetHeaderMap().GetHeaders() {
-		n += len(hv.GetKey()) + len(": ") + max(len(hv.GetValue()), len(hv.GetRawValue())) + len("\r\n")
+		field(hv.GetKey(), max(len(hv.GetValue()), len(hv.GetRawValue())))
+		host = host || strings.EqualFold(hv.GetKey(), "host")
+		if hv.GetKey() == ":authority" {
+			authority = max(len(hv.GetValue()), len(hv.GetRawValue()))
+		}
+	}
+	if !host && authority > 0 {
+		field("host", authority)
 	}
 	return n
 }

@@ -57,7 +57,9 @@ type Config struct {
 	MaxHeaderBytes int
 }
 
-// defaultMaxHeaderBytes is httploop's default bound on a request head.
+// defaultMaxHeaderBytes is the data plane's default bound on a request
+// head (httploop.Config.MaxHeaderBytes, which this package cannot import:
+// httploop builds on Linux only).
 const defaultMaxHeaderBytes = 8 << 10
 
 // MaxHandOver bounds Config.MaxHandOver.
@@ -88,8 +90,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("grpc: the account's descriptor entry must be 1 to %d bytes, and not %q or %q", maxEntryKey, entryMethod, entryPath)
 	case c.Ready == nil:
 		return errors.New("grpc: readiness must be given")
-	case c.MaxHandOver < 1 || c.MaxConns < 1 || c.MaxStreams < 1 || c.MaxHeaderBytes < 0:
-		return errors.New("grpc: the hand-over, connection, stream and header bounds must be positive")
+	case c.MaxHandOver < 1 || c.MaxConns < 1 || c.MaxStreams < 1:
+		return errors.New("grpc: the hand-over, connection and stream bounds must be positive")
+	case c.MaxHeaderBytes < 0:
+		return errors.New("grpc: the header bound must not be negative (0 is the data plane's default)")
 	case c.MaxHandOver > MaxHandOver:
 		// Every shard keeps a slot for each: the bound is memory.
 		return fmt.Errorf("grpc: at most %d decisions may be handed over at once", MaxHandOver)

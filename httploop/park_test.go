@@ -72,9 +72,7 @@ func TestABusyLoopLeavesTheRuntimesPollerAndAnIdleOneReturns(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 		return ticks.Load() == n
 	})
-	if !s.park.watched.Load() {
-		t.Fatal("a parked loop's epoll set is not in the runtime's poller")
-	}
+	await.True(t, "a parked loop's epoll set is in the runtime's poller", s.park.watched.Load)
 	// Busy from now on: a request ends the park, and the loop ticks every
 	// millisecond without parking again.
 	quiet.Store(false)
