@@ -118,7 +118,7 @@ bench-peers:
 # and 4 nodes at 30 and 1,000 checks/s per node, 1 and 2 at 3,000/s and
 # closed loop, on a durable cluster of their own; how fast an admin change
 # reaches the other nodes (p50/p99), and how fast spending through one node
-# shows on another's /v1/admission. About two and a half minutes.
+# shows on another's /v1/admission. About four minutes.
 bench-fleet:
 	$(GO) test -count=1 -run 'TestFleetPropagatesAdminChanges$$|TestFleetAdmissionIsFleetWide$$' -bench '^BenchmarkFleetCost$$' -benchtime 1x -v ./cmd/tollgated/ | grep -E 'node\(s\)|samples|denied|^(ok|FAIL|---)'
 
