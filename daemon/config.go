@@ -91,12 +91,14 @@ type GRPC struct {
 // Enabled reports whether the gRPC listener runs.
 func (g GRPC) Enabled() bool { return g.Listen != "" }
 
-func (g GRPC) validate() error {
+// validate checks g as the listener would be given it, with the data
+// plane's header bound (the transport is validated first).
+func (g GRPC) validate(maxHeaderBytes int) error {
 	if !g.Enabled() {
 		return nil
 	}
 	c := grpcapi.Config{Domain: g.Domain, AccountEntry: g.AccountEntry, MaxHandOver: g.MaxHandOver,
-		MaxConns: g.MaxConns, MaxStreams: g.MaxStreams, Ready: func() bool { return false }}
+		MaxConns: g.MaxConns, MaxStreams: g.MaxStreams, MaxHeaderBytes: maxHeaderBytes, Ready: func() bool { return false }}
 	return c.Validate()
 }
 
@@ -146,13 +148,13 @@ func (c *Config) Validate() error {
 	if !route.ValidHeaderName(c.AuthzKeyHeader) {
 		return fmt.Errorf("daemon: authz key header %q is not a header name", c.AuthzKeyHeader)
 	}
-	if err := c.GRPC.validate(); err != nil {
+	if err := c.Transport.validate(); err != nil {
 		return err
 	}
-	if err := c.Events.validate(); err != nil {
+	if err := c.GRPC.validate(c.Transport.MaxHeaderBytes); err != nil {
 		return err
 	}
-	return c.Transport.validate()
+	return c.Events.validate()
 }
 
 func (e EventArchive) validate() error {

@@ -52,9 +52,22 @@ func decodeCheck(req *authv3.CheckRequest) (forwardCall, error) {
 		return c, invalid("attributes.request.http: %d headers, want at most %d", n, maxHeaders)
 	}
 	c.headers = make([]header, 0, n)
+	var err error
+	eachHeader(h, func(k, v string) bool {
+		err = c.addHeader(k, v)
+		return err == nil
+	})
+	return c, err
+}
+
+// eachHeader calls f with every header of h, both Envoy's map and its
+// header map (a value, or its raw bytes when the value is empty), until f
+// returns false. The head's size and the decoded call read the same
+// fields through it.
+func eachHeader(h *authv3.AttributeContext_HttpRequest, f func(name, value string) bool) {
 	for k, v := range h.GetHeaders() {
-		if err := c.addHeader(k, v); err != nil {
-			return c, err
+		if !f(k, v) {
+			return
 		}
 	}
 	for _, hv := range h.GetHeaderMap().GetHeaders() {
@@ -62,11 +75,10 @@ func decodeCheck(req *authv3.CheckRequest) (forwardCall, error) {
 		if v == "" {
 			v = string(hv.GetRawValue())
 		}
-		if err := c.addHeader(hv.GetKey(), v); err != nil {
-			return c, err
+		if !f(hv.GetKey(), v) {
+			return
 		}
 	}
-	return c, nil
 }
 
 func (c *forwardCall) addHeader(name, value string) error {
@@ -118,28 +130,19 @@ func (a authorizationService) Check(ctx context.Context, req *authv3.CheckReques
 // as the Host header :authority becomes when there is none.
 func headBytes(h *authv3.AttributeContext_HttpRequest) int {
 	n := len(h.GetMethod()) + 1 + len(h.GetPath()) + len(" HTTP/1.1\r\n") + len("\r\n")
-	field := func(k string, v int) {
-		if !strings.HasPrefix(k, ":") {
-			n += len(k) + len(": ") + v + len("\r\n")
-		}
-	}
 	host, authority := false, 0
-	for k, v := range h.GetHeaders() {
-		field(k, len(v))
-		host = host || strings.EqualFold(k, "host")
-		if k == ":authority" {
+	eachHeader(h, func(k, v string) bool {
+		switch {
+		case k == ":authority":
 			authority = len(v)
+		case !strings.HasPrefix(k, ":"):
+			n += len(k) + len(": ") + len(v) + len("\r\n")
+			host = host || strings.EqualFold(k, "host")
 		}
-	}
-	for _, hv := range h.GetHeaderMap().GetHeaders() {
-		field(hv.GetKey(), max(len(hv.GetValue()), len(hv.GetRawValue())))
-		host = host || strings.EqualFold(hv.GetKey(), "host")
-		if hv.GetKey() == ":authority" {
-			authority = max(len(hv.GetValue()), len(hv.GetRawValue()))
-		}
-	}
+		return true
+	})
 	if !host && authority > 0 {
-		field("host", authority)
+		n += len("host: ") + authority + len("\r\n")
 	}
 	return n
 }

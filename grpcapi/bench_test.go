@@ -29,7 +29,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 	})
 	s, err := Listen(Config{Listen: "127.0.0.1:0", Ports: []*handover.Port{port}, Domain: "tollgated",
 		AccountEntry: "account", KeyHeader: "Authorization", Secret: make([]byte, 32), Binder: new(countingBinder),
-		Ready: always, MaxHandOver: 4, MaxConns: 8, MaxStreams: 8})
+		Ready: always, MaxHandOver: 4, MaxConns: 8, MaxStreams: 8, MaxHeaderBytes: testMaxHeaderBytes})
 	if err != nil {
 		b.Fatal(err)
 	}

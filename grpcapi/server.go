@@ -52,15 +52,10 @@ type Config struct {
 	// MaxHeaderBytes bounds an ext_authz check's request line and headers,
 	// counted as an HTTP/1.1 head, as the shards bound a forward-auth
 	// request's (--max-header-bytes): a larger one is denied 431
-	// header-too-large on either path. Zero is the data plane's default,
-	// 8 KiB.
+	// header-too-large on either path. The daemon passes the data plane's
+	// own setting, so the two paths cannot disagree.
 	MaxHeaderBytes int
 }
-
-// defaultMaxHeaderBytes is the data plane's default bound on a request
-// head (httploop.Config.MaxHeaderBytes, which this package cannot import:
-// httploop builds on Linux only).
-const defaultMaxHeaderBytes = 8 << 10
 
 // MaxHandOver bounds Config.MaxHandOver.
 const MaxHandOver = 1 << 16
@@ -90,10 +85,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("grpc: the account's descriptor entry must be 1 to %d bytes, and not %q or %q", maxEntryKey, entryMethod, entryPath)
 	case c.Ready == nil:
 		return errors.New("grpc: readiness must be given")
-	case c.MaxHandOver < 1 || c.MaxConns < 1 || c.MaxStreams < 1:
-		return errors.New("grpc: the hand-over, connection and stream bounds must be positive")
-	case c.MaxHeaderBytes < 0:
-		return errors.New("grpc: the header bound must not be negative (0 is the data plane's default)")
+	case c.MaxHandOver < 1 || c.MaxConns < 1 || c.MaxStreams < 1 || c.MaxHeaderBytes < 1:
+		return errors.New("grpc: the hand-over, connection, stream and header bounds must be positive")
 	case c.MaxHandOver > MaxHandOver:
 		// Every shard keeps a slot for each: the bound is memory.
 		return fmt.Errorf("grpc: at most %d decisions may be handed over at once", MaxHandOver)
@@ -122,7 +115,6 @@ func Listen(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.MaxHeaderBytes = cmp.Or(cfg.MaxHeaderBytes, defaultMaxHeaderBytes)
 	s := &Server{cfg: cfg, rules: rateLimitRules{domain: cfg.Domain, accountEntry: cfg.AccountEntry},
 		keys: keys, shards: &shards{ports: cfg.Ports, max: int64(cfg.MaxHandOver), stats: cmp.Or(cfg.Stats, new(Stats))}, ln: netutil.LimitListener(ln, cfg.MaxConns),
 		draining: make(chan struct{})}

@@ -2,7 +2,9 @@ package grpcapi
 
 import (
 	"context"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -54,7 +56,7 @@ func serveCounted(t *testing.T, dataPlane http.Handler, handOver int, ready func
 	b := new(countingBinder)
 	s, err := Listen(Config{Listen: "127.0.0.1:0", Ports: []*handover.Port{servePort(t, dataPlane, handOver)}, Domain: "tollgated",
 		AccountEntry: "account", KeyHeader: "Authorization", Secret: make([]byte, 32), Binder: b, Ready: ready,
-		MaxHandOver: handOver, MaxConns: 8, MaxStreams: 8, Stats: stats})
+		MaxHandOver: handOver, MaxConns: 8, MaxStreams: 8, MaxHeaderBytes: testMaxHeaderBytes, Stats: stats})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,13 +291,15 @@ func TestACheckWithAHeadOverTheBoundIsDenied431(t *testing.T) {
 	head := func(big string) string {
 		return "GET / HTTP/1.1\r\nhost: shop.example\r\nauthorization: Bearer k\r\nx-big: " + big + "\r\n\r\n"
 	}
-	fill := defaultMaxHeaderBytes - len(head(""))
+	fill := testMaxHeaderBytes - len(head(""))
 	req := someCheck("/")
 	h := req.Attributes.Request.Http
 	h.Headers[":method"], h.Headers[":path"], h.Headers[":scheme"], h.Headers[":authority"] = "GET", "/", "http", "shop.example"
 	h.Headers["x-big"] = strings.Repeat("a", fill)
-	if n := len(head(h.Headers["x-big"])); n != defaultMaxHeaderBytes {
-		t.Fatalf("the test's head is %d bytes, want the bound", n)
+	// head writes out exactly these fields; a change to someCheck must
+	// change it too.
+	if want := []string{":authority", ":method", ":path", ":scheme", "authorization", "x-big"}; !slices.Equal(slices.Sorted(maps.Keys(h.Headers)), want) || h.Method != "GET" || h.Path != "/" {
+		t.Fatalf("the check carries %v, %s %s; head writes %v, GET /", slices.Sorted(maps.Keys(h.Headers)), h.Method, h.Path, want)
 	}
 	resp, err := client.Check(context.Background(), req)
 	if err != nil || resp.GetOkResponse() == nil || calls.Load() != 1 {

@@ -63,12 +63,12 @@ func BenchmarkFleetCost(b *testing.B) {
 	for round, r := range rounds {
 		n := r.nodes
 		nodes := make([]*proc, n)
-		started := time.Now()
 		for i := range nodes {
 			nodes[i] = startProc(t, t.TempDir(), fleetFlags(url, 10*round+i, "--cpus", fmt.Sprint(i%2))...)
 		}
 		account := fmt.Sprintf("bench-%d", round)
 		key := nodes[0].provision(account, 1_000_000_000, 1)
+		started := time.Now() // the last of starting's transactions
 		stop := make(chan struct{})
 		loads := make([]*acked, n)
 		for i, p := range nodes {
@@ -78,9 +78,9 @@ func BenchmarkFleetCost(b *testing.B) {
 			}
 			loads[i] = loadPaced(context.Background(), stop, p.listen, key, loadConns, 5*time.Second, pace)
 		}
-		// The window opens statsLag after the nodes started: what
-		// starting cost (migrating, loading the ledger, provisioning) has
-		// then reached pg_stat_database. Opened a second into the load,
+		// The window opens statsLag after the last node started and the
+		// account was provisioned: what starting cost (migrating, loading
+		// the ledger, provisioning) has then reached pg_stat_database. Opened a second into the load,
 		// an idle backend's start-up counts, reported ten seconds late,
 		// fell into it: 13.4 a second for one node at closed loop, of
 		// which the statement log showed about 6 in the window.
