@@ -2,7 +2,8 @@
 # bench/http.sh — tollgated's HTTP data plane against a bare fasthttp server
 # (bench/baseline), side by side, with the same load.
 #
-# It builds bench/baseline, cmd/tollgated, cmd/loadtest and bench/syncprobe,
+# It builds bench/baseline, cmd/tollgated, cmd/loadtest, bench/recvfloor and
+# bench/syncprobe,
 # starts both servers on loopback, and runs rounds of identical closed-loop
 # load from wrk (one thread; bench/wrk.lua builds the requests): in each
 # round every run of RUNS once — the baseline at CONNS and at HIGH_CONNS
@@ -28,6 +29,14 @@
 # check256 against the baseline at HIGH_CONNS, staged per operation against
 # one baseline request at CONNS — beside the targets.
 #
+# Unless FLOORS=0, every round also measures bench/recvfloor at CONNS
+# connections, with the baseline's requests: a responder that parses
+# nothing, driven by epoll (floor-epoll: a read per readable connection, a
+# write per answer, as tollgated's loop does) and by io_uring (floor-uring:
+# multishot receives into provided buffers, sends batched, one
+# io_uring_enter an iteration). Their CPU per request is what the I/O alone
+# costs each way on this machine: the floor any server's ratio stands on.
+#
 # Last, unless OPEN_LOOP=0, open-loop runs of cmd/loadtest (HdrHistogram,
 # latency from each request's due time) at half the median throughput of
 # check256: the baseline while bench/syncprobe measures the fdatasync
@@ -36,8 +45,8 @@
 # with the load generator busy on the other as in tollgated's runs),
 # tollgated with its data directory on that disk, and tollgated with it on
 # tmpfs (/dev/shm).
-# Defaults take about 5 minutes, and the script refuses settings that
-# could pass 6.
+# Defaults take about 6 minutes, and the script refuses settings that
+# could pass 6.5.
 #
 # A check needs a key: BENCH_KEY (a --demo-key tollgated is given in
 # BENCH_TOLLGATED_ARGS; `make bench-http` does this). The admission run
@@ -46,8 +55,8 @@
 #
 # Knobs (environment): ROUNDS=3 ROUND_SECS=8 WARMUP_SECS=2 CONNS=64
 # HIGH_CONNS=256 SCENARIOS="check check256 admission staged" OPEN_LOOP=1
-# TG_PORT=18080 TG_ADMIN_PORT=18091 BASE_PORT=18081 TMPFS_PORT=18082
-# TMPFS_ADMIN_PORT=18092. Everything stays on 127.0.0.1.
+# FLOORS=1 TG_PORT=18080 TG_ADMIN_PORT=18091 BASE_PORT=18081 TMPFS_PORT=18082
+# TMPFS_ADMIN_PORT=18092 FLOOR_PORT=18083 (and FLOOR_PORT+1). Everything stays on 127.0.0.1.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -60,6 +69,8 @@ HIGH_CONNS=${HIGH_CONNS:-256}
 TG_PORT=${TG_PORT:-18080}
 TG_ADMIN_PORT=${TG_ADMIN_PORT:-18091}
 BASE_PORT=${BASE_PORT:-18081}
+FLOOR_PORT=${FLOOR_PORT:-18083}
+FLOORS=${FLOORS:-1}
 TMPFS_PORT=${TMPFS_PORT:-18082}
 TMPFS_ADMIN_PORT=${TMPFS_ADMIN_PORT:-18092}
 SCENARIOS=${SCENARIOS:-check check256 admission staged}
@@ -89,10 +100,12 @@ base_runs=1
 has check256 && base_runs=2
 # Each run is a warm-up, a measured window and about a second of overhead;
 # the open loop is three more runs; building and start-up take about 60 s.
-runs=$(( ROUNDS * (base_runs + ${#scenarios[@]}) + (OPEN_LOOP ? 3 : 0) ))
+floors=()
+(( FLOORS )) && floors=(floor-epoll floor-uring)
+runs=$(( ROUNDS * (base_runs + ${#floors[@]} + ${#scenarios[@]}) + (OPEN_LOOP ? 3 : 0) ))
 budget=$(( runs * (ROUND_SECS + WARMUP_SECS + 1) + 60 ))
-if (( budget > 360 )); then
-	echo "http.sh: ROUNDS=$ROUNDS ROUND_SECS=$ROUND_SECS WARMUP_SECS=$WARMUP_SECS SCENARIOS=\"$SCENARIOS\" would take about ${budget}s; the limit is 360s" >&2
+if (( budget > 390 )); then
+	echo "http.sh: ROUNDS=$ROUNDS ROUND_SECS=$ROUND_SECS WARMUP_SECS=$WARMUP_SECS SCENARIOS=\"$SCENARIOS\" FLOORS=$FLOORS would take about ${budget}s; the limit is 390s" >&2
 	exit 2
 fi
 
@@ -120,10 +133,11 @@ log() { echo "http.sh: $*" >&2; }
 source bench/wrkrun.sh
 
 # --- build -----------------------------------------------------------------
-log "building baseline, tollgated, loadtest and syncprobe"
+log "building baseline, tollgated, loadtest, recvfloor and syncprobe"
 go build -o "$work/baseline" ./bench/baseline
 go build -o "$work/tollgated" ./cmd/tollgated
 go build -o "$work/loadtest" ./cmd/loadtest
+go build -o "$work/recvfloor" ./bench/recvfloor
 go build -o "$work/syncprobe" ./bench/syncprobe
 
 log "$(pin_cpus)"
@@ -157,6 +171,24 @@ if [[ $(wait_200 "$base_url" 5) != 200 ]]; then
 	cat "$work/baseline.log" >&2
 	exit 1
 fi
+
+# The floors: floor_url[MODE] and floor_pid[MODE], each idle (blocked in
+# epoll_wait or io_uring_enter) while the others are measured.
+declare -A floor_url floor_pid
+port=$FLOOR_PORT
+for f in "${floors[@]}"; do
+	mode=${f#floor-}
+	"${server_pin[@]}" "$work/recvfloor" --mode "$mode" --listen "127.0.0.1:$port" 2>"$work/$f.log" &
+	pids+=($!)
+	floor_pid[$f]=$!
+	floor_url[$f]="http://127.0.0.1:$port"
+	if [[ $(wait_200 "${floor_url[$f]}" 5) != 200 ]]; then
+		log "recvfloor --mode $mode did not come up:"
+		cat "$work/$f.log" >&2
+		exit 1
+	fi
+	port=$(( port + 1 ))
+done
 
 # The admin token this run gives tollgated (through its environment, so it
 # does not show in ps).
@@ -247,6 +279,7 @@ run_one() {
 	case "$2" in
 	baseline) res=$(wrk_measure "$2-r$1" "$CONNS" "$base_url/v1/check" "$baseline_pid" post "$check_body") ;;
 	baseline256) res=$(wrk_measure "$2-r$1" "$HIGH_CONNS" "$base_url/v1/check" "$baseline_pid" post "$check_body") ;;
+	floor-*) res=$(wrk_measure "$2-r$1" "$CONNS" "${floor_url[$2]}/v1/check" "${floor_pid[$2]}" post "$check_body") ;;
 	check) res=$(wrk_measure "$2-r$1" "$CONNS" "$tg_url/v1/check" "$tollgated_pid" check "$BENCH_KEY") ;;
 	check256) res=$(wrk_measure "$2-r$1" "$HIGH_CONNS" "$tg_url/v1/check" "$tollgated_pid" check "$BENCH_KEY") ;;
 	admission) res=$(wrk_measure "$2-r$1" "$CONNS" "$tg_url/v1/admission?agent_id=demo" "$tollgated_pid" admission "$ptoken") ;;
@@ -278,7 +311,7 @@ echo "load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)"
 failed=0
 names=(baseline)
 (( base_runs == 2 )) && names+=(baseline256)
-names+=("${scenarios[@]}")
+names+=("${floors[@]}" "${scenarios[@]}")
 # show_one ROUND NAME prints one run's figures, against its reference's.
 show_one() {
 	local n=$2 r=$1 ref
@@ -333,6 +366,9 @@ for n in baseline baseline256; do
 	echo "$n throughput (req/s):  $(stats %.0f $(series $n rps))"
 	echo "$n CPU (µs/req):        $(stats %.2f $(series $n cpu))"
 	echo "$n busy (% of a CPU):   $(stats %.0f $(series $n busy))"
+done
+for n in "${floors[@]}"; do
+	echo "$n (bench/recvfloor, nothing parsed; against baseline): CPU $(stats %.3f $(series "$n" cpu ratio)), $(stats %.2f $(series "$n" cpu)) µs/req"
 done
 for n in "${scenarios[@]}"; do
 	target_cpu="" target_rps=""
