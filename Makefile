@@ -92,12 +92,13 @@ bench-plane:
 # alternating rounds of identical closed-loop load from wrk (bench/wrk.lua;
 # installed by scripts/install-bench-tools.sh when missing): durable
 # POST /v1/check at 64 and at 256 connections, GET /v1/admission, and the
-# staged admit + commit + finish from cmd/loadtest; servers and load
-# generator pinned to separate CPUs, the servers' CPU per request from
+# staged admit + commit + finish from cmd/loadtest, and what an answer's
+# I/O alone costs by epoll and by io_uring (bench/recvfloor); servers and
+# load generator pinned to separate CPUs, the servers' CPU per request from
 # /proc/PID/stat, medians and ratios. Then open-loop runs of cmd/loadtest
 # at half the durable check's peak: the data directory on disk and on
-# tmpfs, beside an fdatasync probe of the same disk. About 5 minutes
-# (bench/http.sh refuses settings over 6), loopback only. tollgated serves
+# tmpfs, beside an fdatasync probe of the same disk. About 6 minutes
+# (bench/http.sh refuses settings over 6.5), loopback only. tollgated serves
 # a demo account for it.
 BENCH_KEY ?= bench-demo-key
 bench-http:

@@ -105,7 +105,7 @@ classify() {
 		if (!insample) return
 		c = "other"
 		if (s ~ /tollgated\/(spool|control|ledger)[.\/]/) c = "durability"
-		else if (s ~ /tollgated\/(shard|core|policy|route|credential|ring|handover|node)[.\/]/) c = "decision"
+		else if (s ~ /tollgated\/(shard|core|policy|route|credential|handover)[.\/]|tollgated\/ring\.\(\*Doorbell|tollgated\/node\.deskWaker/) c = "decision"
 		else if (s ~ /httploop\.\(\*Loop\)\.(flush|sendQueued)|net\.\(\*conn\)\.Write/) c = "send"
 		else if (s ~ /httploop\.\(\*Loop\)\.read[^a-zA-Z]|net\.\(\*conn\)\.Read/) c = "receive"
 		else if (s ~ /httploop\.\(\*Loop\)\.wait|unix\.EpollWait|runtime\.(findRunnable|schedule|park_m|mcall|netpoll|futex|notesleep|sysmon|stopm|mstart)/) c = "waiting"
