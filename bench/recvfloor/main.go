@@ -28,10 +28,11 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tollgated/tollgated/uring"
 )
 
 func main() {
@@ -163,150 +164,6 @@ func serveEpoll(lfd int, answer []byte) error {
 	}
 }
 
-// The io_uring ABI (include/uapi/linux/io_uring.h) this program uses.
-const (
-	sysIoUringSetup    = 425
-	sysIoUringEnter    = 426
-	sysIoUringRegister = 427
-
-	setupSingleIssuer = 1 << 12
-	setupDeferTaskrun = 1 << 13
-	setupCQSize       = 1 << 3
-
-	opAccept = 13
-	opSend   = 26
-	opRecv   = 27
-
-	acceptMultishot = 1 << 0 // sqe.ioprio of an accept
-	recvMultishot   = 1 << 1 // sqe.ioprio of a recv
-	sqeBufferSelect = 1 << 5 // sqe.flags
-
-	cqeFBuffer  = 1 << 0
-	cqeFMore    = 1 << 1
-	bufferShift = 16
-
-	enterGetEvents = 1
-
-	registerPbufRing = 22
-
-	offCQRing = 0x8000000
-	offSQEs   = 0x10000000
-)
-
-type sqe struct {
-	opcode      uint8
-	flags       uint8
-	ioprio      uint16
-	fd          int32
-	off         uint64
-	addr        uint64
-	len         uint32
-	opFlags     uint32
-	userData    uint64
-	bufGroup    uint16
-	personality uint16
-	spliceFdIn  int32
-	addr3       uint64
-	_           uint64
-}
-
-type cqe struct {
-	userData uint64
-	res      int32
-	flags    uint32
-}
-
-type params struct {
-	sqEntries, cqEntries, flags, sqThreadCPU, sqThreadIdle, features, wqFD uint32
-	resv                                                                   [3]uint32
-	sqOff                                                                  [10]uint32
-	cqOff                                                                  [10]uint32
-}
-
-type bufReg struct {
-	ringAddr    uint64
-	ringEntries uint32
-	bgid        uint16
-	flags       uint16
-	resv        [3]uint64
-}
-
-type ring struct {
-	fd             int
-	sqTail, sqMask *uint32
-	sqHead         *uint32
-	sqArray        []uint32
-	sqes           []sqe
-	cqHead, cqTail *uint32
-	cqMask         uint32
-	cqes           []cqe
-	pending        uint32 // SQEs queued since the last enter
-}
-
-func newRing(entries uint32) (*ring, error) {
-	p := params{flags: setupSingleIssuer | setupDeferTaskrun | setupCQSize, cqEntries: entries * 8}
-	fd, _, errno := unix.Syscall(sysIoUringSetup, uintptr(entries), uintptr(unsafe.Pointer(&p)), 0)
-	if errno != 0 {
-		return nil, fmt.Errorf("io_uring_setup: %w", errno)
-	}
-	sq, err := unix.Mmap(int(fd), 0, int(p.sqOff[6]+p.sqEntries*4), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
-	if err != nil {
-		return nil, err
-	}
-	cq, err := unix.Mmap(int(fd), offCQRing, int(p.cqOff[5]+p.cqEntries*uint32(unsafe.Sizeof(cqe{}))), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
-	if err != nil {
-		return nil, err
-	}
-	se, err := unix.Mmap(int(fd), offSQEs, int(p.sqEntries)*int(unsafe.Sizeof(sqe{})), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
-	if err != nil {
-		return nil, err
-	}
-	u32 := func(b []byte, off uint32) *uint32 { return (*uint32)(unsafe.Pointer(&b[off])) }
-	return &ring{
-		fd:      int(fd),
-		sqHead:  u32(sq, p.sqOff[0]),
-		sqTail:  u32(sq, p.sqOff[1]),
-		sqMask:  u32(sq, p.sqOff[2]),
-		sqArray: unsafe.Slice(u32(sq, p.sqOff[6]), p.sqEntries),
-		sqes:    unsafe.Slice((*sqe)(unsafe.Pointer(&se[0])), p.sqEntries),
-		cqHead:  u32(cq, p.cqOff[0]),
-		cqTail:  u32(cq, p.cqOff[1]),
-		cqMask:  *u32(cq, p.cqOff[2]),
-		cqes:    unsafe.Slice((*cqe)(unsafe.Pointer(&cq[p.cqOff[5]])), p.cqEntries),
-	}, nil
-}
-
-// queue takes the next SQE; the ring is entered once it is full.
-func (r *ring) queue(e sqe) error {
-	if r.pending == uint32(len(r.sqes)) {
-		if err := r.enter(0); err != nil {
-			return err
-		}
-	}
-	tail := *r.sqTail
-	idx := tail & *r.sqMask
-	r.sqes[idx] = e
-	r.sqArray[idx] = idx
-	atomic.StoreUint32(r.sqTail, tail+1)
-	r.pending++
-	return nil
-}
-
-// enter submits what is queued and waits for at least wait completions.
-func (r *ring) enter(wait uint32) error {
-	for {
-		_, _, errno := unix.Syscall6(sysIoUringEnter, uintptr(r.fd), uintptr(r.pending), uintptr(wait), enterGetEvents, 0, 0)
-		if errno == unix.EINTR {
-			continue
-		}
-		if errno != 0 {
-			return fmt.Errorf("io_uring_enter: %w", errno)
-		}
-		r.pending = 0
-		return nil
-	}
-}
-
 // A completion's user data: the operation in the top byte, the
 // descriptor below.
 const (
@@ -316,120 +173,88 @@ const (
 	tagMask   = 0xff << 56
 )
 
-// The provided buffers the receives fill: bufCount of bufSize bytes.
+// The provided buffers the receives fill: bufCount of bufSize bytes, as
+// buffer group 0.
 const (
 	bufCount = 1024
 	bufSize  = 4096
 	bufGroup = 0
 )
 
-// bufRing is the kernel-shared ring of provided buffers: 16-byte entries
-// {addr u64, len u32, bid u16, resv u16}, the ring's tail in the first
-// entry's resv.
-type bufRing struct {
-	mem  []byte
-	data []byte
-	tail uint16
-}
-
-func newBufRing(r *ring) (*bufRing, error) {
-	mem, err := unix.Mmap(-1, 0, bufCount*16, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANONYMOUS|unix.MAP_PRIVATE)
-	if err != nil {
-		return nil, err
-	}
-	b := &bufRing{mem: mem, data: make([]byte, bufCount*bufSize)}
-	reg := bufReg{ringAddr: uint64(uintptr(unsafe.Pointer(&mem[0]))), ringEntries: bufCount, bgid: bufGroup}
-	if _, _, errno := unix.Syscall6(sysIoUringRegister, uintptr(r.fd), registerPbufRing, uintptr(unsafe.Pointer(&reg)), 1, 0, 0); errno != 0 {
-		return nil, fmt.Errorf("registering the buffer ring: %w", errno)
-	}
-	for id := range bufCount {
-		b.put(uint16(id))
-	}
-	b.publish()
-	return b, nil
-}
-
-// put gives buffer id back to the kernel; publish makes the puts visible.
-func (b *bufRing) put(id uint16) {
-	e := b.mem[int(b.tail&(bufCount-1))*16:]
-	*(*uint64)(unsafe.Pointer(&e[0])) = uint64(uintptr(unsafe.Pointer(&b.data[int(id)*bufSize])))
-	*(*uint32)(unsafe.Pointer(&e[8])) = bufSize
-	*(*uint16)(unsafe.Pointer(&e[12])) = id
-	b.tail++
-}
-
-func (b *bufRing) publish() {
-	atomic.StoreUint32((*uint32)(unsafe.Pointer(&b.mem[12])), uint32(b.tail)<<16|uint32(*(*uint16)(unsafe.Pointer(&b.mem[12]))))
-}
-
-func (b *bufRing) buffer(id uint16, n int) []byte { return b.data[int(id)*bufSize:][:n] }
-
 func serveUring(lfd int, answer []byte) error {
 	out := repeated(answer)
-	r, err := newRing(512)
+	r, err := uring.New(512, uring.SetupSingleIssuer|uring.SetupDeferTaskrun|uring.SetupCQSize, 4096)
 	if err != nil {
-		return err
+		return fmt.Errorf("io_uring: %w", err)
 	}
-	bufs, err := newBufRing(r)
+	bufs, err := uring.NewBufferRing(r, bufGroup, bufCount, bufSize)
 	if err != nil {
-		return err
+		return fmt.Errorf("io_uring's provided buffers: %w", err)
+	}
+	// queue submits what is queued when the queue is full.
+	queue := func(e uring.SQE) error {
+		for !r.Queue(&e) {
+			if err := enter(r, 0); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	tails := make([]uint32, maxFD)
 	arm := func(fd int) error {
-		return r.queue(sqe{opcode: opRecv, flags: sqeBufferSelect, ioprio: recvMultishot, fd: int32(fd),
-			bufGroup: bufGroup, userData: tagRecv | uint64(fd)})
+		return queue(uring.SQE{Opcode: uring.OpRecv, Flags: uring.SQEBufferSelect, IOPrio: uring.RecvMultishot,
+			FD: int32(fd), BufGroup: bufGroup, UserData: tagRecv | uint64(fd)})
 	}
 	accept := func() error {
-		return r.queue(sqe{opcode: opAccept, ioprio: acceptMultishot, fd: int32(lfd), userData: tagAccept})
+		return queue(uring.SQE{Opcode: uring.OpAccept, IOPrio: uring.AcceptMultishot, FD: int32(lfd), UserData: tagAccept})
 	}
 	if err := accept(); err != nil {
 		return err
 	}
 	for {
-		if err := r.enter(1); err != nil {
+		if err := enter(r, 1); err != nil {
 			return err
 		}
-		head := atomic.LoadUint32(r.cqHead)
-		tail := atomic.LoadUint32(r.cqTail)
+		head, tail := r.Completions()
 		returned := false
 		for ; head != tail; head++ {
-			c := r.cqes[head&r.cqMask]
-			fd := int(c.userData &^ tagMask)
-			switch c.userData & tagMask {
+			c := *r.At(head)
+			fd := int(c.UserData &^ tagMask)
+			switch c.UserData & tagMask {
 			case tagAccept:
-				if c.res >= 0 && int(c.res) < maxFD {
-					_ = unix.SetsockoptInt(int(c.res), unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
-					tails[c.res] = 0
-					if err := arm(int(c.res)); err != nil {
+				if c.Res >= 0 && int(c.Res) < maxFD {
+					_ = unix.SetsockoptInt(int(c.Res), unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+					tails[c.Res] = 0
+					if err := arm(int(c.Res)); err != nil {
 						return err
 					}
-				} else if c.res >= 0 {
-					unix.Close(int(c.res))
+				} else if c.Res >= 0 {
+					unix.Close(int(c.Res))
 				}
-				if c.flags&cqeFMore == 0 {
+				if c.Flags&uring.CQEFMore == 0 {
 					if err := accept(); err != nil {
 						return err
 					}
 				}
 			case tagRecv:
-				if c.flags&cqeFBuffer != 0 {
-					id := uint16(c.flags >> bufferShift)
-					if c.res > 0 {
-						for k := ends(&tails[fd], bufs.buffer(id, int(c.res))); k > 0; k -= maxBatch {
+				if c.Flags&uring.CQEFBuffer != 0 {
+					id := uint16(c.Flags >> uring.CQEBufferShift)
+					if c.Res > 0 {
+						for k := ends(&tails[fd], bufs.Buffer(id, int(c.Res))); k > 0; k -= maxBatch {
 							b := out[:min(k, maxBatch)*len(answer)]
-							if err := r.queue(sqe{opcode: opSend, fd: int32(fd), addr: uint64(uintptr(unsafe.Pointer(&b[0]))),
-								len: uint32(len(b)), opFlags: unix.MSG_NOSIGNAL, userData: tagSend | uint64(fd)}); err != nil {
+							if err := queue(uring.SQE{Opcode: uring.OpSend, FD: int32(fd), Addr: uint64(uintptr(unsafe.Pointer(&b[0]))),
+								Len: uint32(len(b)), OpFlags: unix.MSG_NOSIGNAL, UserData: tagSend | uint64(fd)}); err != nil {
 								return err
 							}
 						}
 					}
-					bufs.put(id)
+					bufs.Put(id)
 					returned = true
 				}
 				switch {
-				case c.res == 0 || c.res < 0 && c.res != -int32(unix.ENOBUFS):
+				case c.Res == 0 || c.Res < 0 && c.Res != -int32(unix.ENOBUFS):
 					unix.Close(fd) // the peer closed, or the connection failed
-				case c.flags&cqeFMore == 0:
+				case c.Flags&uring.CQEFMore == 0:
 					if err := arm(fd); err != nil { // out of buffers: armed again
 						return err
 					}
@@ -440,10 +265,21 @@ func serveUring(lfd int, answer []byte) error {
 				// connection is gone.
 			}
 		}
-		atomic.StoreUint32(r.cqHead, head)
+		r.Consume(head)
 		if returned {
-			bufs.publish()
+			bufs.Publish()
 		}
 		runtime.KeepAlive(out)
+	}
+}
+
+// enter submits the queued entries and waits for wait completions,
+// again when interrupted.
+func enter(r *uring.Ring, wait uint32) error {
+	for {
+		err := r.Enter(wait)
+		if err != unix.EINTR {
+			return err
+		}
 	}
 }

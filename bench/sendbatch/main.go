@@ -27,6 +27,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tollgated/tollgated/uring"
 )
 
 func main() {
@@ -156,112 +158,35 @@ func threadCPU() int64 {
 	return ru.Utime.Nano() + ru.Stime.Nano()
 }
 
-// ring is a minimal io_uring: an SQ of n entries, sends only, each batch
-// submitted and waited for in one io_uring_enter.
-type ring struct {
-	fd                     int
-	sqHead, sqTail, sqMask *uint32
-	sqArray                []uint32
-	sqes                   []sqe
-	cqHead, cqTail, cqMask *uint32
-	cqes                   []cqe
-}
-
-type sqe struct {
-	opcode   uint8
-	flags    uint8
-	ioprio   uint16
-	fd       int32
-	off      uint64
-	addr     uint64
-	len      uint32
-	msgFlags uint32
-	userData uint64
-	_        [3]uint64
-}
-
-type cqe struct {
-	userData uint64
-	res      int32
-	flags    uint32
-}
-
-type params struct {
-	sqEntries, cqEntries, flags, sqThreadCPU, sqThreadIdle, features, wqFD uint32
-	resv                                                                   [3]uint32
-	sqOff                                                                  [10]uint32 // head tail mask entries flags dropped array resv1 user_addr(2)
-	cqOff                                                                  [10]uint32 // head tail mask entries overflow cqes flags resv1 user_addr(2)
-}
-
-const (
-	sysIoUringSetup = 425
-	sysIoUringEnter = 426
-	opSend          = 26
-	enterGetEvents  = 1
-	offCQRing       = 0x8000000
-	offSQEs         = 0x10000000
-)
+// ring submits n sends at a time, each batch in one io_uring_enter.
+type ring struct{ r *uring.Ring }
 
 func newRing(n uint32) (*ring, error) {
-	var p params
-	fd, _, errno := unix.Syscall(sysIoUringSetup, uintptr(n), uintptr(unsafe.Pointer(&p)), 0)
-	if errno != 0 {
-		return nil, errno
-	}
-	sqSize := int(p.sqOff[6] + p.sqEntries*4)
-	cqSize := int(p.cqOff[5] + p.cqEntries*uint32(unsafe.Sizeof(cqe{})))
-	sq, err := unix.Mmap(int(fd), 0, sqSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	r, err := uring.New(n, 0, 0)
 	if err != nil {
 		return nil, err
 	}
-	cq, err := unix.Mmap(int(fd), offCQRing, cqSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
-	if err != nil {
-		return nil, err
-	}
-	se, err := unix.Mmap(int(fd), offSQEs, int(p.sqEntries)*int(unsafe.Sizeof(sqe{})), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
-	if err != nil {
-		return nil, err
-	}
-	u32 := func(b []byte, off uint32) *uint32 { return (*uint32)(unsafe.Pointer(&b[off])) }
-	return &ring{
-		fd:      int(fd),
-		sqHead:  u32(sq, p.sqOff[0]),
-		sqTail:  u32(sq, p.sqOff[1]),
-		sqMask:  u32(sq, p.sqOff[2]),
-		sqArray: unsafe.Slice(u32(sq, p.sqOff[6]), p.sqEntries),
-		sqes:    unsafe.Slice((*sqe)(unsafe.Pointer(&se[0])), p.sqEntries),
-		cqHead:  u32(cq, p.cqOff[0]),
-		cqTail:  u32(cq, p.cqOff[1]),
-		cqMask:  u32(cq, p.cqOff[2]),
-		cqes:    unsafe.Slice((*cqe)(unsafe.Pointer(&cq[p.cqOff[5]])), p.cqEntries),
-	}, nil
+	return &ring{r}, nil
 }
 
 // sendAll sends msg on every fd with one io_uring_enter and returns how
 // many sends failed (the socket full: MSG_DONTWAIT makes it fail, not wait).
 func (r *ring) sendAll(fds []int, msg []byte) int {
-	tail := atomic.LoadUint32(r.sqTail)
-	mask := *r.sqMask
 	for i, fd := range fds {
-		idx := (tail + uint32(i)) & mask
-		r.sqes[idx] = sqe{opcode: opSend, fd: int32(fd), addr: uint64(uintptr(unsafe.Pointer(&msg[0]))),
-			len: uint32(len(msg)), msgFlags: unix.MSG_DONTWAIT | unix.MSG_NOSIGNAL, userData: uint64(i)}
-		r.sqArray[idx] = idx
+		r.r.Queue(&uring.SQE{Opcode: uring.OpSend, FD: int32(fd), Addr: uint64(uintptr(unsafe.Pointer(&msg[0]))),
+			Len: uint32(len(msg)), OpFlags: unix.MSG_DONTWAIT | unix.MSG_NOSIGNAL, UserData: uint64(i)})
 	}
-	atomic.StoreUint32(r.sqTail, tail+uint32(len(fds)))
-	_, _, errno := unix.Syscall6(sysIoUringEnter, uintptr(r.fd), uintptr(len(fds)), uintptr(len(fds)), enterGetEvents, 0, 0)
-	if errno != 0 {
-		panic(errno)
+	if err := r.r.Enter(uint32(len(fds))); err != nil {
+		panic(err)
 	}
 	failed := 0
-	head := atomic.LoadUint32(r.cqHead)
-	ctail := atomic.LoadUint32(r.cqTail)
-	for ; head != ctail; head++ {
-		if r.cqes[head&*r.cqMask].res < 0 {
+	head, tail := r.r.Completions()
+	for ; head != tail; head++ {
+		if r.r.At(head).Res < 0 {
 			failed++
 		}
 	}
-	atomic.StoreUint32(r.cqHead, head)
+	r.r.Consume(head)
 	runtime.KeepAlive(msg)
 	return failed
 }
