@@ -211,13 +211,24 @@ func (l *Loop) Stats() Stats {
 // poller (park.go).
 func (l *Loop) wait(timeout int, idle bool) (int, error) {
 	if timeout != 0 && l.cfg.BeforeBlock != nil {
-		if n, err := unix.EpollWait(l.epfd, l.events, 0); n != 0 || err != nil {
+		if n, err := rawEpollWait(l.epfd, l.events, 0); n != 0 || err != nil {
 			return n, err
 		}
 		l.cfg.BeforeBlock()
 	}
 	if idle && timeout > 0 && l.park != nil {
 		return l.park.wait(l.events, time.Duration(timeout)*time.Millisecond)
+	}
+	// The first rawWaitMs raw (rawio.go), then, if nothing came, the rest
+	// as a regular call that gives the P up.
+	if timeout >= 0 && timeout <= rawWaitMs {
+		return rawEpollWait(l.epfd, l.events, timeout)
+	}
+	if n, err := rawEpollWait(l.epfd, l.events, rawWaitMs); n > 0 || err != nil && err != unix.EINTR {
+		return n, err
+	}
+	if timeout > 0 {
+		timeout -= rawWaitMs
 	}
 	return unix.EpollWait(l.epfd, l.events, timeout)
 }
