@@ -173,8 +173,10 @@ func newRing(n uint32) (*ring, error) {
 // many sends failed (the socket full: MSG_DONTWAIT makes it fail, not wait).
 func (r *ring) sendAll(fds []int, msg []byte) int {
 	for i, fd := range fds {
-		r.r.Queue(&uring.SQE{Opcode: uring.OpSend, FD: int32(fd), Addr: uint64(uintptr(unsafe.Pointer(&msg[0]))),
-			Len: uint32(len(msg)), OpFlags: unix.MSG_DONTWAIT | unix.MSG_NOSIGNAL, UserData: uint64(i)})
+		if !r.r.Queue(&uring.SQE{Opcode: uring.OpSend, FD: int32(fd), Addr: uint64(uintptr(unsafe.Pointer(&msg[0]))),
+			Len: uint32(len(msg)), OpFlags: unix.MSG_DONTWAIT | unix.MSG_NOSIGNAL, UserData: uint64(i)}) {
+			panic("BUG: sendbatch: more connections than the ring's entries")
+		}
 	}
 	if err := r.r.Enter(uint32(len(fds))); err != nil {
 		panic(err)
