@@ -105,11 +105,11 @@ classify() {
 		if (!insample) return
 		c = "other"
 		if (s ~ /tollgated\/(spool|control|ledger)[.\/]/) c = "durability"
-		else if (s ~ /tollgated\/(shard|core|policy|route|credential|handover)[.\/]|tollgated\/ring\.\(\*Doorbell|tollgated\/node\.deskWaker/) c = "decision"
+		else if (s ~ /tollgated\/(shard|core|policy|route|credential)[.\/]|tollgated\/ring\.\(\*Doorbell/) c = "decision"
 		else if (s ~ /httploop\.\(\*Loop\)\.(flush|sendQueued)|net\.\(\*conn\)\.Write/) c = "send"
 		else if (s ~ /httploop\.\(\*Loop\)\.read[^a-zA-Z]|net\.\(\*conn\)\.Read/) c = "receive"
 		else if (s ~ /httploop\.\(\*Loop\)\.wait|unix\.EpollWait|runtime\.(findRunnable|schedule|park_m|mcall|netpoll|futex|notesleep|sysmon|stopm|mstart)/) c = "waiting"
-		else if (s ~ /fasthttp|httploop\./) c = "http"
+		else if (s ~ /fasthttp|httploop\.|tollgated\/(h2|hpack|grpcmsg|grpcapi)[.\/]/) c = "http"
 		else if (s ~ /runtime\.(gcBgMarkWorker|gcDrain|mallocgc|bgsweep|bgscavenge)/) c = "gc"
 		n[c]++
 		insample = 0; s = ""

@@ -77,14 +77,14 @@ type EventArchive struct {
 	SegmentBytes int64
 }
 
-// GRPC configures the gRPC listener (grpcapi): its address (loopback when
-// no host is given), the rate-limit domain and the descriptor entry naming
-// the account, and its bounds: decisions handed to the shards at once (each
-// shard's hand-over port holds that many), gRPC connections, and calls per
-// connection.
+// GRPC configures the gRPC services (grpcapi), served by the shards' loops:
+// their address (loopback when no host is given), the rate-limit domain and
+// the descriptor entry naming the account, and their bounds: calls each
+// shard may hold at once (waiting for the disk, funding or an account's
+// key), gRPC connections, and calls per connection.
 type GRPC struct {
 	Listen, Domain, AccountEntry string
-	MaxHandOver, MaxConns        int
+	MaxHeld, MaxConns            int
 	MaxStreams                   uint32
 }
 
@@ -97,8 +97,17 @@ func (g GRPC) validate(maxHeaderBytes int) error {
 	if !g.Enabled() {
 		return nil
 	}
-	c := grpcapi.Config{Domain: g.Domain, AccountEntry: g.AccountEntry, MaxHandOver: g.MaxHandOver,
-		MaxConns: g.MaxConns, MaxStreams: g.MaxStreams, MaxHeaderBytes: maxHeaderBytes, Ready: func() bool { return false }}
+	if _, err := g.grpcListen(); err != nil {
+		return err
+	}
+	if g.MaxConns < 1 {
+		return errors.New("grpc: the connection bound must be positive")
+	}
+	h := grpcapi.H2(g.MaxStreams, maxGRPCHeaderList)
+	if err := h.Validate(); err != nil {
+		return fmt.Errorf("grpc: %w", err)
+	}
+	c := g.services("Authorization", maxHeaderBytes, nil, nil, func() bool { return false }, nil)
 	return c.Validate()
 }
 

@@ -87,9 +87,8 @@ type Daemon struct {
 	// (reportSpoolRecovery): the metric says what the WARN said.
 	droppedRecords uint64
 	adminAddr      string
-	grpc           *grpcapi.Server // nil when off or not yet open
-	grpcStats      grpcapi.Stats   // the gRPC hand-over's counters, for metrics
-	serving        atomic.Bool     // the data plane serves and is not draining
+	grpcStats      grpcapi.Stats // the gRPC services' counters, for metrics
+	serving        atomic.Bool   // the data plane serves and is not draining
 }
 
 // Open brings tollgated up in dependency order, and serves once the
@@ -155,16 +154,14 @@ func Open(cfg Config, log zerolog.Logger, out io.Writer) (_ *Daemon, err error) 
 	if err := d.openDataPlane(); err != nil { // clients are refused until now
 		return nil, err
 	}
-	if err := d.openGRPC(secret); err != nil { // it hands decisions to the data plane
-		return nil, err
-	}
+	d.openGRPC()
 	d.adminAPI.KeepHistory() // its collectors read the shards, which serve now
 	if !cfg.Durable {
 		log.Warn().Str("ack", "immediate").Msg("answers are sent before their usage is on disk: a crash can lose the last few milliseconds of billed usage")
 	}
 	ready := log.Info().Int("shards", len(cfg.CPUs)).Str("listen", d.node.Addr()).Str("admin", d.adminAddr)
-	if d.grpc != nil {
-		ready = ready.Str("grpc", d.GRPCAddr())
+	if addr := d.GRPCAddr(); addr != "" {
+		ready = ready.Str("grpc", addr)
 	}
 	ready.Int("accounts", accounts).Int("keys", keys).Str("data_dir", cfg.DataDir).Msg("tollgated ready")
 	return d, nil
@@ -231,6 +228,10 @@ func (d *Daemon) openLedger() (secret []byte, _ *credential.Hasher, err error) {
 // plane runs once what it calls exists (Open, d.route).
 func (d *Daemon) bindNode(holder string, secret []byte) (err error) {
 	t := d.cfg.Transport
+	grpcListen, err := d.cfg.GRPC.grpcListen()
+	if err != nil {
+		return err
+	}
 	d.node, err = node.Bind(node.Config{
 		Listen: d.cfg.Listen, CPUs: d.cfg.CPUs, Secret: secret, MaxReservations: d.cfg.MaxInFlight,
 		Loop: httploop.Config{
@@ -246,23 +247,13 @@ func (d *Daemon) bindNode(holder string, secret []byte) (err error) {
 		},
 		Durable: d.cfg.Durable, FundingWait: fundingWait(d.cfg.FundingWait),
 		DrainUsage: d.drainUsage, Log: d.log, Storage: d.storage, AuthzKeyHeader: d.cfg.AuthzKeyHeader,
-		HandOver: d.handOver(), Clock: d.cfg.Clock,
+		GRPCListen: grpcListen, Clock: d.cfg.Clock,
 	})
 	if err != nil {
 		return err
 	}
 	d.route.plane = d.node.Plane()
-	return nil
-}
-
-// handOver is how many decisions the gRPC listener may hand the shards at
-// once (each shard's hand-over port is sized for them all); none when it
-// is off.
-func (d *Daemon) handOver() int {
-	if !d.cfg.GRPC.Enabled() {
-		return 0
-	}
-	return d.cfg.GRPC.MaxHandOver
+	return d.serveGRPC(secret)
 }
 
 // newProvisioner makes the provisioner that publishes the ledger's state
@@ -489,7 +480,7 @@ func (d *Daemon) drainUsage(deadline time.Time) {
 // the claim on the node id, and last the ports. Call it once, after Open
 // succeeded, and not after Failed delivered.
 func (d *Daemon) Close() {
-	d.stopGRPC(time.Now().Add(d.cfg.ShutdownGrace))
+	d.stopGRPC()
 	d.adminAPI.StopHistory() // it reads the node, which stops below
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	d.admin.Shutdown(ctx)
@@ -507,7 +498,7 @@ func (d *Daemon) Close() {
 // close releases what is open, in the reverse of Open's order; what Open
 // never reached is nil and skipped.
 func (d *Daemon) close() {
-	d.stopGRPC(time.Now())
+	d.stopGRPC()
 	if d.adminAPI != nil {
 		d.adminAPI.StopHistory()
 	}

@@ -39,7 +39,7 @@ func TestValidateNamesWhatIsWrong(t *testing.T) {
 	if err := good.Validate(); err != nil {
 		t.Fatalf("a sound configuration refused: %v", err)
 	}
-	good.GRPC = GRPC{Listen: ":8081", Domain: "tollgated", AccountEntry: "account", MaxHandOver: 64, MaxConns: 1024, MaxStreams: 256}
+	good.GRPC = GRPC{Listen: ":8081", Domain: "tollgated", AccountEntry: "account", MaxHeld: 64, MaxConns: 1024, MaxStreams: 256}
 	if err := good.Validate(); err != nil {
 		t.Fatalf("a sound gRPC listener refused: %v", err)
 	}
@@ -55,12 +55,12 @@ func TestValidateNamesWhatIsWrong(t *testing.T) {
 		"segment":          func(c *Config) { c.Events.SegmentBytes = 1 },
 		"transport":        func(c *Config) { c.Transport.MaxConns = 0 },
 		"rate-limit domain": func(c *Config) {
-			c.GRPC = GRPC{Listen: ":8081", AccountEntry: "account", MaxHandOver: 1, MaxConns: 1, MaxStreams: 1}
+			c.GRPC = GRPC{Listen: ":8081", AccountEntry: "account", MaxHeld: 1, MaxConns: 1, MaxStreams: 1}
 		},
 		"descriptor entry": func(c *Config) {
-			c.GRPC = GRPC{Listen: ":8081", Domain: "tollgated", AccountEntry: "path", MaxHandOver: 1, MaxConns: 1, MaxStreams: 1}
+			c.GRPC = GRPC{Listen: ":8081", Domain: "tollgated", AccountEntry: "path", MaxHeld: 1, MaxConns: 1, MaxStreams: 1}
 		},
-		"hand-over": func(c *Config) {
+		"held-call": func(c *Config) {
 			c.GRPC = GRPC{Listen: ":8081", Domain: "tollgated", AccountEntry: "account", MaxConns: 1, MaxStreams: 1}
 		},
 	} {

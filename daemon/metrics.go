@@ -56,8 +56,8 @@ var (
 	descLatency     = desc("request_duration_seconds", "Data-plane answers by route: from the shard loop's wake-up that read the request to its answer being ready (after durability, funding waits and forwarding).", "route")
 	descUntimed     = desc("request_duration_untimed_total", "Postponed data-plane answers left out of tollgated_request_duration_seconds because their timing slot was reused first.")
 
-	descGRPCInFlight = desc("grpc_handover_in_flight", "gRPC decisions handed to the shards now (at most --grpc-hand-over).")
-	descGRPCRefused  = desc("grpc_handover_refused_total", "gRPC calls the hand-over gave no decision, by reason: busy (--grpc-hand-over calls already handed over: RESOURCE_EXHAUSTED), full (the shard held as many as it can: RESOURCE_EXHAUSTED), stopping (the shard had stopped: UNAVAILABLE), no_answer (no answer within 6 s, outcome unknown: UNAVAILABLE).", "reason")
+	descGRPCHeld    = desc("grpc_held", "gRPC calls the shards hold now, waiting for the disk, funding or an account's key (at most --grpc-max-held per shard).")
+	descGRPCRefused = desc("grpc_refused_total", "gRPC calls given no decision, by reason: busy (the shard held --grpc-max-held calls: RESOURCE_EXHAUSTED, nothing decided), no_answer (held past the answer timeout: answered as a 504 answer-timeout, outcome unknown).", "reason")
 
 	descInternal = desc("internal_errors_total", "Requests answered 500 internal: a panic recovered while decoding one (the first per shard is logged with its stack). Anything but 0 is a bug.")
 	// The platform routes (seed 000). An agent admits on every answer
@@ -120,11 +120,11 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	collectPlatform(ch, &platform)
 	if d.cfg.GRPC.Enabled() {
 		g := &d.grpcStats
-		gauge(ch, descGRPCInFlight, float64(g.InFlight.Load()))
+		gauge(ch, descGRPCHeld, float64(g.Held.Load()))
 		for _, r := range []struct {
 			name string
 			n    uint64
-		}{{"busy", g.Busy.Load()}, {"full", g.Full.Load()}, {"stopping", g.Stopping.Load()}, {"no_answer", g.NoAnswer.Load()}} {
+		}{{"busy", g.Busy.Load()}, {"no_answer", g.NoAnswer.Load()}} {
 			counter(ch, descGRPCRefused, float64(r.n), r.name)
 		}
 	}

@@ -2,11 +2,7 @@ package grpcapi
 
 import (
 	"bytes"
-	"encoding/json"
 	"math"
-	"strconv"
-	"strings"
-	"time"
 )
 
 // What a shard's forward-auth answer carries, as read here.
@@ -16,16 +12,24 @@ const (
 	hdrRateLimitPolicy = "RateLimit-Policy"
 )
 
-// problemCode is the code of a problem document, or "unknown" when the
-// body is not one (a transport's own answer always is).
-func problemCode(body []byte) string {
-	var p struct {
-		Code string `json:"code"`
+var unknownCode = []byte("unknown")
+
+// problemCode is the code of a shard's problem document, read in place, or
+// "unknown" when the body is not one (a transport's own answer always
+// is). The shards write the code as a plain JSON string of a stable
+// problem code: lower-case letters and dashes, no escapes.
+func problemCode(body []byte) []byte {
+	const field = `"code":"`
+	i := bytes.Index(body, []byte(field))
+	if i < 0 {
+		return unknownCode
 	}
-	if json.Unmarshal(body, &p) != nil || p.Code == "" {
-		return "unknown"
+	rest := body[i+len(field):]
+	j := bytes.IndexByte(rest, '"')
+	if j <= 0 || bytes.IndexByte(rest[:j], '\\') >= 0 {
+		return unknownCode
 	}
-	return p.Code
+	return rest[:j]
 }
 
 // requestQuota is q of the "requests" policy of a RateLimit-Policy field:
@@ -64,33 +68,29 @@ func requestsParam(field []byte, name string) (uint32, bool) {
 			if !ok || string(k) != name {
 				continue
 			}
-			n, err := strconv.ParseUint(string(v), 10, 32)
-			return uint32(n), err == nil
+			return parseUint32(v)
 		}
 	}
 	return 0, false
 }
 
-// tollgateHeaders are the X-Tollgate-* answer fields a shard sets, by
-// their canonical names: reading one back reuses the name.
-var tollgateHeaders = [...]string{"X-Tollgate-Account", "X-Tollgate-Request-Id", "X-Tollgate-Units", "X-Tollgate-Reservation"}
-
-// headerName is name as a string, without allocating for a field a shard
-// sets.
-func headerName(name []byte) string {
-	for _, h := range tollgateHeaders {
-		if string(name) == h {
-			return h
-		}
+// parseUint32 reads decimal digits, in place.
+func parseUint32(v []byte) (uint32, bool) {
+	if len(v) == 0 || len(v) > 10 {
+		return 0, false
 	}
-	return string(name)
-}
-
-func secondsDuration(s uint32) time.Duration {
-	return time.Duration(min(uint64(s), math.MaxInt64/uint64(time.Second))) * time.Second
+	var n uint64
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + uint64(c-'0')
+	}
+	return uint32(n), n <= math.MaxUint32
 }
 
 // isTollgateHeader reports an X-Tollgate-* answer field.
-func isTollgateHeader(name string) bool {
-	return len(name) >= len("x-tollgate-") && strings.EqualFold(name[:len("x-tollgate-")], "x-tollgate-")
+func isTollgateHeader(name []byte) bool {
+	const prefix = "x-tollgate-"
+	return len(name) >= len(prefix) && bytes.EqualFold(name[:len(prefix)], []byte(prefix))
 }

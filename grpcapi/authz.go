@@ -1,205 +1,194 @@
 package grpcapi
 
 import (
-	"context"
-	"strings"
+	"bytes"
+	"fmt"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/valyala/fasthttp"
-	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
-	"google.golang.org/grpc/codes"
 
-	"github.com/tollgated/tollgated/handover"
+	"github.com/tollgated/tollgated/grpcmsg"
+	"github.com/tollgated/tollgated/httploop"
 )
 
-// Bounds of a CheckRequest, beyond the message size.
+// Bounds of a CheckRequest, beyond the message size and the decoder's
+// (grpcmsg.MaxHeaders headers).
 const (
-	maxHeaders   = 128
-	maxMethodLen = 24
-	maxURILen    = 4096 // the shard refuses longer ones the same way
+	maxURILen     = 4096 // the shard refuses longer ones the same way
+	maxHeaderName = 256
 )
 
 // droppedHeaders are headers of the original request that are not passed
 // to the shard: the exchange's own (the original method and URI come from
 // Envoy's attributes, not from what a client may have sent), and those
-// that describe a connection or a body that is not there.
-var droppedHeaders = map[string]bool{
-	"x-original-method": true, "x-original-uri": true, "x-forwarded-method": true, "x-forwarded-uri": true,
-	"host": true, "content-length": true, "transfer-encoding": true, "connection": true, "keep-alive": true,
-	"te": true, "trailer": true, "upgrade": true, "proxy-connection": true, "expect": true,
-}
+// that describe a connection or a body that is not there. Lower case, as
+// HTTP/2 names are; compared without regard to case.
+var droppedHeaders = [...]string{"x-original-method", "x-original-uri", "x-forwarded-method", "x-forwarded-uri",
+	"host", "content-length", "transfer-encoding", "connection", "keep-alive",
+	"te", "trailer", "upgrade", "proxy-connection", "expect"}
 
-// decodeCheck turns an ext_authz CheckRequest into a forward-auth call, or
-// an INVALID_ARGUMENT status saying what is wrong. The shard then reads the
-// call as it reads Envoy's HTTP ext_authz call: the key's header, the
-// routes, the count headers.
-func decodeCheck(req *authv3.CheckRequest) (forwardCall, error) {
-	h := req.GetAttributes().GetRequest().GetHttp()
-	if h == nil {
-		return forwardCall{}, invalid("attributes.request.http is required")
+func dropped(name []byte) bool {
+	if len(name) > 0 && name[0] == ':' {
+		return true
 	}
-	c := forwardCall{method: h.GetMethod(), uri: h.GetPath()}
-	if !isToken(c.method) || len(c.method) > maxMethodLen {
-		return c, invalid("attributes.request.http.method: an HTTP method of 1 to %d bytes", maxMethodLen)
-	}
-	if c.uri == "" || len(c.uri) > maxURILen || !fitsHeader(c.uri) {
-		return c, invalid("attributes.request.http.path: 1 to %d bytes without control bytes", maxURILen)
-	}
-	n := len(h.GetHeaders()) + len(h.GetHeaderMap().GetHeaders())
-	if n > maxHeaders {
-		return c, invalid("attributes.request.http: %d headers, want at most %d", n, maxHeaders)
-	}
-	c.headers = make([]header, 0, n)
-	var err error
-	eachHeader(h, func(k, v string) bool {
-		err = c.addHeader(k, v)
-		return err == nil
-	})
-	return c, err
-}
-
-// eachHeader calls f with every header of h, both Envoy's map and its
-// header map (a value, or its raw bytes when the value is empty), until f
-// returns false. The head's size and the decoded call read the same
-// fields through it.
-func eachHeader(h *authv3.AttributeContext_HttpRequest, f func(name, value string) bool) {
-	for k, v := range h.GetHeaders() {
-		if !f(k, v) {
-			return
+	for _, d := range droppedHeaders {
+		if len(name) == len(d) && bytes.EqualFold(name, []byte(d)) {
+			return true
 		}
 	}
-	for _, hv := range h.GetHeaderMap().GetHeaders() {
-		v := hv.GetValue()
-		if v == "" {
-			v = string(hv.GetRawValue())
-		}
-		if !f(hv.GetKey(), v) {
-			return
-		}
-	}
+	return false
 }
 
-func (c *forwardCall) addHeader(name, value string) error {
-	if strings.HasPrefix(name, ":") || droppedHeaders[strings.ToLower(name)] {
-		return nil
+// check serves ext_authz Check: /v1/authz, the same shard decision, its
+// headers and status carried in Envoy's terms.
+func (s *Service) check(ref httploop.StreamRef, msg []byte) {
+	ck := &s.ck
+	if err := ck.Decode(msg); err != nil {
+		s.out.Fail(ref, codeInvalidArgument, "tollgated: "+err.Error())
+		return
 	}
-	if !isToken(name) || len(name) > 256 {
-		return invalid("header %.64q: a header name is an HTTP token of at most 256 bytes", name)
+	if err := checkValid(ck); err != nil {
+		s.out.Fail(ref, codeInvalidArgument, "tollgated: "+err.Error())
+		return
 	}
-	if !fitsHeader(value) {
-		return invalid("header %s: a value holds no control byte", name)
+	if headBytes(ck) > s.sh.cfg.MaxHeaderBytes {
+		s.buf = grpcmsg.AppendCheckResponse(s.buf[:0], headerTooLarge())
+		s.out.Answer(ref, s.buf)
+		return
 	}
-	// As an HTTP parser reads a field: without the spaces and tabs around
-	// its value (RFC 9110 §5.5).
-	c.headers = append(c.headers, header{name, strings.Trim(value, " \t")})
+	i, sl := s.slots.acquire(ref, methodCheck)
+	if sl == nil {
+		s.busy(ref)
+		return
+	}
+	s.forwardCheck(ck)
+	if s.decideIn(i, sl) {
+		return // the answer needs only the decision, which the slot will hold
+	}
+	s.answerCheck(i, sl)
+}
+
+// checkValid reports what is wrong with a CheckRequest's request.
+func checkValid(ck *grpcmsg.CheckRequest) error {
+	switch {
+	case !ck.HasHTTP:
+		return fmt.Errorf("attributes.request.http is required")
+	case !isToken(ck.Method) || len(ck.Method) > maxMethodLen:
+		return fmt.Errorf("attributes.request.http.method: an HTTP method of 1 to %d bytes", maxMethodLen)
+	case len(ck.Path) == 0 || len(ck.Path) > maxURILen || !fitsHeader(ck.Path):
+		return fmt.Errorf("attributes.request.http.path: 1 to %d bytes without control bytes", maxURILen)
+	}
+	for _, h := range ck.Headers {
+		if dropped(h.Key) {
+			continue
+		}
+		if !isToken(h.Key) || len(h.Key) > maxHeaderName {
+			return fmt.Errorf("header %.64q: a header name is an HTTP token of at most %d bytes", h.Key, maxHeaderName)
+		}
+		if !fitsHeader(h.Value) {
+			return fmt.Errorf("header %s: a value holds no control byte", h.Key)
+		}
+	}
 	return nil
 }
 
-// authorizationService answers ext_authz Check.
-type authorizationService struct {
-	authv3.UnimplementedAuthorizationServer
-	s *Server
-}
-
-// Check is /v1/authz: the same shard decision, its headers and status
-// carried in Envoy's terms.
-func (a authorizationService) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
-	if headBytes(req.GetAttributes().GetRequest().GetHttp()) > a.s.cfg.MaxHeaderBytes {
-		return headerTooLarge(), nil
-	}
-	call, err := decodeCheck(req)
-	if err != nil {
-		return nil, err
-	}
-	call.hint = call.headerValue(a.s.cfg.KeyHeader)
-	c, err := a.s.decide(ctx, &call)
-	if err != nil {
-		return nil, err
-	}
-	defer handover.Release(c)
-	return checkResponse(&c.Resp), nil
-}
-
-// headBytes is the size of h's request line and headers as an HTTP/1.1
-// head: what the shards bound when a gateway forwards the request itself.
-// Every header counts, including those not passed on (Host, …), as they
-// count on the wire; the HTTP/2 pseudo-headers Envoy adds (:method,
-// :path, :scheme, :authority) are the request line's, so they count only
-// as the Host header :authority becomes when there is none.
-func headBytes(h *authv3.AttributeContext_HttpRequest) int {
-	n := len(h.GetMethod()) + 1 + len(h.GetPath()) + len(" HTTP/1.1\r\n") + len("\r\n")
-	host, authority := false, 0
-	eachHeader(h, func(k, v string) bool {
-		switch {
-		case k == ":authority":
-			authority = len(v)
-		case !strings.HasPrefix(k, ":"):
-			n += len(k) + len(": ") + len(v) + len("\r\n")
-			host = host || strings.EqualFold(k, "host")
+// forwardCheck writes ck as a forward-auth call into s.req: its headers,
+// but those dropped, each read as an HTTP parser reads a field (without
+// the spaces and tabs around its value, RFC 9110 §5.5), and its method
+// and path in the X-Original-* headers.
+func (s *Service) forwardCheck(ck *grpcmsg.CheckRequest) {
+	req := &s.req
+	req.Header.SetMethod(fasthttp.MethodGet)
+	req.SetRequestURIBytes(pathAuthz)
+	for _, h := range ck.Headers {
+		if !dropped(h.Key) {
+			req.Header.AddBytesKV(h.Key, bytes.Trim(h.Value, " \t"))
 		}
-		return true
-	})
+	}
+	req.Header.SetBytesV(hdrOriginalMeth, ck.Method)
+	req.Header.SetBytesV(hdrOriginalURI, ck.Path)
+}
+
+// headBytes is the size of the checked request's request line and headers
+// as an HTTP/1.1 head: what the shards bound when a gateway forwards the
+// request itself. Every header counts, including those not passed on
+// (Host, …), as they count on the wire; the HTTP/2 pseudo-headers Envoy
+// adds (:method, :path, :scheme, :authority) are the request line's, so
+// they count only as the Host header :authority becomes when there is
+// none.
+func headBytes(ck *grpcmsg.CheckRequest) int {
+	n := len(ck.Method) + 1 + len(ck.Path) + len(" HTTP/1.1\r\n") + len("\r\n")
+	host, authority := false, 0
+	for _, h := range ck.Headers {
+		switch {
+		case string(h.Key) == ":authority":
+			authority = len(h.Value)
+		case len(h.Key) == 0 || h.Key[0] != ':':
+			n += len(h.Key) + len(": ") + len(h.Value) + len("\r\n")
+			host = host || bytes.EqualFold(h.Key, []byte("host"))
+		}
+	}
 	if !host && authority > 0 {
 		n += len("host: ") + authority + len("\r\n")
 	}
 	return n
 }
 
-// tooLargeBody is the shards' problem document for a head over the bound.
-const tooLargeBody = `{"type":"about:blank","title":"Request Header Fields Too Large","status":431,"code":"header-too-large"}`
-
-// headerTooLarge denies a check whose request head is over the bound, as
-// a shard answers such a request: 431 header-too-large. Nothing is
-// decided or billed.
-func headerTooLarge() *authv3.CheckResponse {
-	denied := &authv3.DeniedHttpResponse{Status: &typev3.HttpStatus{Code: typev3.StatusCode_RequestHeaderFieldsTooLarge},
-		Body: tooLargeBody, Headers: []*corev3.HeaderValueOption{overwrite("Content-Type", "application/problem+json")}}
-	return &authv3.CheckResponse{Status: &rpcstatus.Status{Code: int32(codes.PermissionDenied), Message: "header-too-large"},
-		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: denied}}
+// answerCheck answers slot i's check from the shard's decision in the
+// slot, and frees the slot.
+func (s *Service) answerCheck(i int, sl *slot) {
+	s.buf = grpcmsg.AppendCheckResponse(s.buf[:0], s.checkResponse(&sl.resp))
+	s.out.Answer(sl.ref, s.buf)
+	s.slots.release(i)
 }
-
-// upstreamHeaders are the answer headers an allowed request carries on to
-// the service (as allowed_upstream_headers does in the HTTP setup).
-func upstreamHeader(name string) bool {
-	return isTollgateHeader(name) || strings.EqualFold(name, hdrRateLimit) || strings.EqualFold(name, hdrRateLimitPolicy)
-}
-
-// clientHeaders are the refusal headers the client is answered with.
-var clientHeaders = []string{"Content-Type", "Retry-After", hdrRateLimit, hdrRateLimitPolicy, "WWW-Authenticate"}
 
 // checkResponse mirrors a shard's forward-auth answer: 200 allows, with the
 // X-Tollgate-* and RateLimit fields for the upstream request (replacing
 // any a client sent); anything else denies with the shard's status,
 // Retry-After, RateLimit fields and problem document.
-func checkResponse(resp *fasthttp.Response) *authv3.CheckResponse {
+func (s *Service) checkResponse(resp *fasthttp.Response) *grpcmsg.CheckResponse {
+	r := &s.checkAnswer
+	r.Reset()
 	code := resp.StatusCode()
 	if code == fasthttp.StatusOK {
-		ok := &authv3.OkHttpResponse{}
-		for k, v := range resp.Header.All() {
-			if upstreamHeader(string(k)) {
-				ok.Headers = append(ok.Headers, overwrite(string(k), string(v)))
+		resp.Header.VisitAll(func(k, v []byte) {
+			if upstreamHeader(k) {
+				r.AddHeader(k, v)
 			}
-		}
-		return &authv3.CheckResponse{Status: &rpcstatus.Status{Code: int32(codes.OK)},
-			HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: ok}}
+		})
+		return r
 	}
-	denied := &authv3.DeniedHttpResponse{Status: &typev3.HttpStatus{Code: typev3.StatusCode(code)}, Body: string(resp.Body())}
-	for _, name := range clientHeaders {
-		if v := resp.Header.Peek(name); len(v) > 0 {
-			denied.Headers = append(denied.Headers, overwrite(name, string(v)))
-		}
-	}
-	rc := codes.PermissionDenied
+	r.Denied, r.Code, r.Message, r.HTTPStatus, r.Body = true, codePermissionDenied, problemCode(resp.Body()), int32(code), resp.Body()
 	if code == fasthttp.StatusUnauthorized {
-		rc = codes.Unauthenticated
+		r.Code = codeUnauthenticated
 	}
-	return &authv3.CheckResponse{Status: &rpcstatus.Status{Code: int32(rc), Message: problemCode(resp.Body())},
-		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: denied}}
+	for _, name := range clientHeaders {
+		if v := resp.Header.PeekBytes(name); len(v) > 0 {
+			r.AddHeader(name, v)
+		}
+	}
+	return r
 }
 
-func overwrite(name, value string) *corev3.HeaderValueOption {
-	return &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: name, Value: value},
-		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD}
+// upstreamHeader reports the answer headers an allowed request carries on
+// to the service (as allowed_upstream_headers does in the HTTP setup).
+func upstreamHeader(name []byte) bool {
+	return isTollgateHeader(name) || bytes.EqualFold(name, []byte(hdrRateLimit)) || bytes.EqualFold(name, []byte(hdrRateLimitPolicy))
 }
+
+// clientHeaders are the refusal headers the client is answered with.
+var clientHeaders = [][]byte{[]byte("Content-Type"), []byte("Retry-After"), []byte(hdrRateLimit), []byte(hdrRateLimitPolicy), []byte("WWW-Authenticate")}
+
+// tooLargeBody is the shards' problem document for a head over the bound.
+const tooLargeBody = `{"type":"about:blank","title":"Request Header Fields Too Large","status":431,"code":"header-too-large"}`
+
+var tooLarge = func() *grpcmsg.CheckResponse {
+	r := new(grpcmsg.CheckResponse)
+	r.Denied, r.Code, r.Message, r.HTTPStatus, r.Body = true, codePermissionDenied, []byte("header-too-large"), fasthttp.StatusRequestHeaderFieldsTooLarge, []byte(tooLargeBody)
+	r.AddHeader([]byte("Content-Type"), []byte("application/problem+json"))
+	return r
+}()
+
+// headerTooLarge denies a check whose request head is over the bound, as
+// a shard answers such a request: 431 header-too-large. Nothing is
+// decided or billed.
+func headerTooLarge() *grpcmsg.CheckResponse { return tooLarge }

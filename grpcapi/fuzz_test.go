@@ -1,188 +1,242 @@
 package grpcapi
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/valyala/fasthttp"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/tollgated/tollgated/h2"
+	"github.com/tollgated/tollgated/httploop"
 )
 
-// The decoders turn a gateway's message into a forward-auth call. Their
-// fuzz targets take the message's wire bytes (what arrives), and check
-// that a call is either refused INVALID_ARGUMENT or is one the shard can
-// be sent unchanged: no byte that would end a header early, a method that
-// is a token, a URI that starts with "/", a valid account. `make test`
-// replays the seeds below and the corpus under testdata/fuzz.
-
-var testRules = rateLimitRules{domain: "tollgated", accountEntry: "account"}
-
-func rateLimitSeeds() []*rlsv3.RateLimitRequest {
-	d := func(kv ...string) *rlcommon.RateLimitDescriptor {
-		out := &rlcommon.RateLimitDescriptor{}
-		for i := 0; i+1 < len(kv); i += 2 {
-			out.Entries = append(out.Entries, &rlcommon.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
-		}
-		return out
-	}
-	hits := d("account", "acme")
-	hits.HitsAddend = wrapperspb.UInt64(7)
-	neg := d("account", "acme")
-	neg.IsNegativeHits = true
-	return []*rlsv3.RateLimitRequest{
-		{Domain: "tollgated", Descriptors: []*rlcommon.RateLimitDescriptor{d("account", "acme")}},
-		{Domain: "tollgated", Descriptors: []*rlcommon.RateLimitDescriptor{d("account", "acme", "method", "POST", "path", "/v1/chat?x=1")}, HitsAddend: 3},
-		{Domain: "tollgated", Descriptors: []*rlcommon.RateLimitDescriptor{hits, neg}},
-		{Domain: "tollgated", Descriptors: []*rlcommon.RateLimitDescriptor{d("generic_key", "x", "account", "a.b-c_d")}},
-		{Domain: "other", Descriptors: []*rlcommon.RateLimitDescriptor{d("account", "acme")}},
-		{Domain: "tollgated", Descriptors: []*rlcommon.RateLimitDescriptor{d("account", "acme", "account", "acme")}},
-		{Domain: "tollgated", Descriptors: []*rlcommon.RateLimitDescriptor{d("account", "acme", "path", "/a\r\nX-Injected: 1")}},
-		{Domain: "tollgated", Descriptors: []*rlcommon.RateLimitDescriptor{d("account", "ACME")}},
-		{Domain: "tollgated", Descriptors: []*rlcommon.RateLimitDescriptor{d("account", "acme", "method", "GE T")}},
-		{Domain: "tollgated"},
-	}
+// recorder is an Answerer that keeps what each stream was answered.
+type recorder struct {
+	answers map[uint32]string // stream → "answer" or the failure's code
+	msgs    int
+	dead    map[uint32]bool // streams reset by their client
 }
 
-func checkSeeds() []*authv3.CheckRequest {
-	http := func(method, path string, headers map[string]string) *authv3.CheckRequest {
-		return &authv3.CheckRequest{Attributes: &authv3.AttributeContext{Request: &authv3.AttributeContext_Request{
-			Http: &authv3.AttributeContext_HttpRequest{Method: method, Path: path, Headers: headers}}}}
+func (r *recorder) note(ref httploop.StreamRef, what string) bool {
+	if _, twice := r.answers[ref.Stream()]; twice && what != "send" {
+		panic(fmt.Sprintf("stream %d answered twice", ref.Stream()))
 	}
-	raw := http("GET", "/", nil)
-	raw.Attributes.Request.Http.HeaderMap = &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
-		{Key: "x-api-key", RawValue: []byte("tgk_raw")}, {Key: ":authority", Value: "shop"}}}
-	return []*authv3.CheckRequest{
-		http("POST", "/v1/chat?x=1", map[string]string{"authorization": "Bearer tgk_x", "x-tokens": "12", ":path": "/v1/chat"}),
-		http("GET", "/", map[string]string{"x-original-uri": "/elsewhere", "host": "shop"}),
-		http("CONNECT", "shop:443", nil),
-		http("GET", "/a\nb", nil),
-		http("G:T", "/", nil),
-		http("GET", "/", map[string]string{"bad name": "1"}),
-		http("GET", "/", map[string]string{"x-a": "line\r\nX-Injected: 1"}),
-		raw,
-		http("GET", "/", map[string]string{"cookie": "a=1; b=2", "content-type": "text/plain", "user-agent": "u", "authorization": "Bearer k"}),
-		{},
+	if what != "send" {
+		r.answers[ref.Stream()] = what
 	}
+	return true
 }
 
-func FuzzDecodeRateLimit(f *testing.F) {
-	for _, m := range rateLimitSeeds() {
-		b, err := proto.Marshal(m)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(b)
-	}
-	f.Fuzz(func(t *testing.T, wire []byte) {
-		var req rlsv3.RateLimitRequest
-		if proto.Unmarshal(wire, &req) != nil {
-			return // grpc refuses it before any handler runs
-		}
-		calls, err := decodeRateLimit(&req, testRules)
-		if err != nil {
-			if status.Code(err) != codes.InvalidArgument {
-				t.Fatalf("refused with %v, want INVALID_ARGUMENT", err)
-			}
-			return
-		}
-		if len(calls) != len(req.Descriptors) || len(calls) > maxDescriptors {
-			t.Fatalf("%d calls for %d descriptors", len(calls), len(req.Descriptors))
-		}
-		for _, c := range calls {
-			if !validAccount(c.account) {
-				t.Fatalf("account %q accepted", c.account)
-			}
-			sendable(t, &c)
-		}
-	})
+func (r *recorder) Answer(ref httploop.StreamRef, msg []byte) bool {
+	r.msgs++
+	return r.note(ref, "answer")
+}
+func (r *recorder) Fail(ref httploop.StreamRef, code uint32, msg string) bool {
+	return r.note(ref, fmt.Sprint("code ", code))
+}
+func (r *recorder) Send(ref httploop.StreamRef, msg []byte) bool { return r.note(ref, "send") }
+func (r *recorder) Finish(ref httploop.StreamRef, code uint32, msg string) bool {
+	return r.note(ref, fmt.Sprint("finish ", code))
+}
+func (r *recorder) StreamLive(ref httploop.StreamRef) bool {
+	_, answered := r.answers[ref.Stream()]
+	return !answered && !r.dead[ref.Stream()]
 }
 
-func FuzzDecodeCheck(f *testing.F) {
-	for _, m := range checkSeeds() {
-		b, err := proto.Marshal(m)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(b)
+// admitAll is a shard that admits every forward-auth call, as a shard
+// admits one within its account's bucket.
+func admitAll(req *fasthttp.Request, resp *fasthttp.Response, postpone func() uint64) {
+	resp.Header.Set("RateLimit-Policy", `"requests";q=5;w=1`)
+	resp.Header.Set("RateLimit", `"requests";r=4;t=1`)
+	resp.Header.Set("X-Tollgate-Units", "1")
+}
+
+// unitService is a Service over rec and decide, with no loop: its accounts'
+// keys are bound at once, and "acme"'s is known before the first call.
+func unitService(t testing.TB, rec *recorder, decide Decider) *Service {
+	sh, err := NewShared(Config{Domain: "tollgated", AccountEntry: "account", KeyHeader: "Authorization", Secret: make([]byte, 32),
+		Binder: new(countingBinder), Ready: always, MaxHeld: 8, MaxHeaderBytes: testMaxHeaderBytes, AnswerTimeout: 1e9})
+	if err != nil {
+		t.Fatal(err)
 	}
-	f.Fuzz(func(t *testing.T, wire []byte) {
-		var req authv3.CheckRequest
-		if proto.Unmarshal(wire, &req) != nil {
-			return
-		}
-		c, err := decodeCheck(&req)
-		if err != nil {
-			if status.Code(err) != codes.InvalidArgument {
-				t.Fatalf("refused with %v, want INVALID_ARGUMENT", err)
-			}
-			return
-		}
-		if c.account != "" {
-			t.Fatal("an ext_authz check acts for an account")
-		}
-		sendable(t, &c)
-		for _, h := range c.headers {
-			if droppedHeaders[strings.ToLower(h.name)] || strings.HasPrefix(h.name, ":") {
-				t.Fatalf("header %q passed on", h.name)
+	sh.keys.bound["acme"] = boundKey{key: sh.keys.keyOf("acme")}
+	return sh.NewService(rec, decide, func() {})
+}
+
+func envoyRateLimit() []byte {
+	b, _ := proto.Marshal(&rlsv3.RateLimitRequest{Domain: "tollgated", Descriptors: []*rlcommon.RateLimitDescriptor{
+		{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "account", Value: "acme"}, {Key: "path", Value: "/v1/chat"}}}}})
+	return b
+}
+
+func envoyCheck() []byte {
+	h := map[string]string{":authority": "shop.example", ":method": "GET", ":path": "/v1/x", "authorization": "Bearer k",
+		"user-agent": "curl/8", "accept": "*/*", "x-request-id": "5a1c", "x-forwarded-proto": "http"}
+	b, _ := proto.Marshal(&authv3.CheckRequest{Attributes: &authv3.AttributeContext{Request: &authv3.AttributeContext_Request{
+		Http: &authv3.AttributeContext_HttpRequest{Method: "GET", Path: "/v1/x", Headers: h}}}})
+	return b
+}
+
+// TestADecisionAllocatesNothing: once its slots and buffers have grown, a
+// call answered at once allocates nothing, for a rate limit and a check.
+func TestADecisionAllocatesNothing(t *testing.T) {
+	rec := &recorder{answers: map[uint32]string{}}
+	s := unitService(t, rec, admitAll)
+	for name, c := range map[string]struct {
+		method int
+		msg    []byte
+	}{"ShouldRateLimit": {methodShouldRateLimit, envoyRateLimit()}, "Check": {methodCheck, envoyCheck()}} {
+		x := &httploop.StreamCtx{Event: h2.Message, Request: &h2.Request{Method: c.method, Message: c.msg, EndStream: true}}
+		run := func() {
+			clear(rec.answers)
+			s.Handle(x)
+			if rec.answers[0] != "answer" {
+				t.Fatalf("%s: %v", name, rec.answers)
 			}
 		}
-	})
-}
-
-// sendable asserts c reaches the shard as decoded: written as an HTTP
-// request and parsed back, it has exactly its method, URI and headers.
-func sendable(t *testing.T, c *forwardCall) {
-	t.Helper()
-	if !isToken(c.method) || c.uri == "" || len(c.uri) > maxEntryValue {
-		t.Fatalf("method %q, uri %q accepted", c.method, c.uri)
-	}
-	req := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(req)
-	c.request(req)
-	req.SetHost("127.0.0.1")
-	wire := req.String()
-	var back fasthttp.Request
-	if err := back.Read(bufioReader(wire)); err != nil {
-		t.Fatalf("%q does not parse back: %v", wire, err)
-	}
-	if got := string(back.Header.Peek(hdrOriginalMeth)); got != c.method {
-		t.Fatalf("method %q arrives as %q", c.method, got)
-	}
-	if got := string(back.Header.Peek(hdrOriginalURI)); got != c.uri {
-		t.Fatalf("uri %q arrives as %q", c.uri, got)
-	}
-	// Nothing arrives that was not sent: a value cannot smuggle a header
-	// of its own (fasthttp may merge repeated ones, which is harmless).
-	sent := map[string]bool{"host": true, "x-original-method": true, "x-original-uri": true}
-	for _, h := range c.headers {
-		sent[strings.ToLower(h.name)] = true
-	}
-	for k := range back.Header.All() {
-		if !sent[strings.ToLower(string(k))] {
-			t.Fatalf("header %q arrives, never sent: %q", k, wire)
-		}
-	}
-	// And every value arrives as it was decoded (but for the headers
-	// fasthttp keeps one of, which no route reads).
-	for _, h := range c.headers {
-		if merged[strings.ToLower(h.name)] {
-			continue
-		}
-		found := false
-		for _, v := range back.Header.PeekAll(h.name) {
-			found = found || string(v) == strings.TrimSpace(h.value)
-		}
-		if !found {
-			t.Fatalf("header %s: %q arrives as %q", h.name, h.value, back.Header.PeekAll(h.name))
+		run()
+		if n := testing.AllocsPerRun(200, run); n != 0 {
+			t.Errorf("%s: %v allocations a call", name, n)
 		}
 	}
 }
 
-var merged = map[string]bool{"cookie": true, "user-agent": true, "content-type": true}
+// fuzzShard answers a forward-auth call as the input's first byte says:
+// admit, refuse, refuse the descriptor's path (400), not know the key
+// (401), or postpone (completed by the target).
+type fuzzShard struct {
+	mode    byte
+	tickets []uint64
+}
+
+func (f *fuzzShard) decide(req *fasthttp.Request, resp *fasthttp.Response, postpone func() uint64) {
+	// What reaches a shard is a request as decoded: every field an HTTP
+	// token with a value no control byte ends early.
+	for k, v := range req.Header.All() {
+		if !isToken(k) || !fitsHeader(v) {
+			panic(fmt.Sprintf("the shard got a field %q: %q", k, v))
+		}
+	}
+	switch f.mode % 5 {
+	case 0:
+		admitAll(req, resp, postpone)
+	case 1:
+		resp.SetStatusCode(429)
+		resp.Header.Set("Retry-After", "1")
+		resp.SetBodyString(`{"code":"request-rate-limited"}`)
+	case 2:
+		resp.SetStatusCode(400)
+		resp.SetBodyString(`{"code":"invalid-original-uri"}`)
+	case 3:
+		resp.SetStatusCode(401)
+		resp.SetBodyString(`{"code":"unknown-principal"}`)
+	case 4:
+		f.tickets = append(f.tickets, postpone())
+	}
+}
+
+// fuzzCall drives one call of method through a Service: whatever the
+// message, the call is answered exactly once (a panic in recorder
+// otherwise), postponed decisions included, and every slot is free after.
+func fuzzCall(t *testing.T, method int, mode byte, msg []byte) {
+	rec := &recorder{answers: map[uint32]string{}}
+	f := &fuzzShard{mode: mode}
+	s := unitService(t, rec, f.decide)
+	s.Handle(&httploop.StreamCtx{Event: h2.Message, Ref: httploop.DetachedStreamRef(1), Request: &h2.Request{Stream: 1, Method: method, Message: msg, EndStream: true}})
+	for i := 0; len(f.tickets) > 0; i++ {
+		if i > 64 {
+			t.Fatal("postponed decisions go on without end")
+		}
+		tk := f.tickets[0]
+		f.tickets = f.tickets[1:]
+		f.mode++ // the next decision answers otherwise
+		if !s.Complete(tk, func(r *fasthttp.Response) { admitAll(nil, r, nil) }) {
+			t.Fatal("a postponed decision's ticket was stale")
+		}
+	}
+	// A descriptor held for its key (a 401 while the key is fresh) is
+	// carried on by later ticks.
+	for i := 0; s.keys.waiting > 0; i++ {
+		if i > 5000 {
+			t.Fatal("a descriptor waits for its key without end")
+		}
+		f.mode = 0
+		time.Sleep(100 * time.Microsecond) // a binding runs on its own goroutine
+		s.Tick(int64(i+1) * int64(retryEvery))
+	}
+	if len(rec.answers) != 1 {
+		t.Fatalf("answers %v", rec.answers)
+	}
+	for _, sl := range s.slots.all {
+		if sl.state != slotFree {
+			t.Fatalf("a slot is left %v", sl.state)
+		}
+	}
+	if s.slots.nheld != 0 {
+		t.Fatalf("%d held", s.slots.nheld)
+	}
+}
+
+func FuzzShouldRateLimitCall(f *testing.F) {
+	f.Add(byte(0), envoyRateLimit())
+	f.Add(byte(4), envoyRateLimit())
+	b, _ := proto.Marshal(&rlsv3.RateLimitRequest{Domain: "tollgated", HitsAddend: 3, Descriptors: []*rlcommon.RateLimitDescriptor{
+		{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "account", Value: "acme"}, {Key: "method", Value: "POST"}}},
+		{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "account", Value: "ghost"}}},
+		{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "account", Value: "acme"}, {Key: "path", Value: "/x"}}}}})
+	for m := range byte(5) {
+		f.Add(m, b)
+	}
+	f.Add(byte(1), []byte(strings.Repeat("\x12\x00", 20)))
+	f.Fuzz(func(t *testing.T, mode byte, msg []byte) { fuzzCall(t, methodShouldRateLimit, mode, msg) })
+}
+
+func FuzzCheckCall(f *testing.F) {
+	for m := range byte(5) {
+		f.Add(m, envoyCheck())
+	}
+	f.Add(byte(0), []byte{0x0a, 0x02, 0x22, 0x00})
+	f.Fuzz(func(t *testing.T, mode byte, msg []byte) { fuzzCall(t, methodCheck, mode, msg) })
+}
+
+// TestEveryStreamGetsItsEnd: a stream that ends without a message is
+// refused; one whose message was answered gets nothing more; a reflection
+// stream is finished when its client ends it, and one its client reset
+// is ended by the next look, so the connection stops counting it.
+func TestEveryStreamGetsItsEnd(t *testing.T) {
+	rec := &recorder{answers: map[uint32]string{}}
+	s := unitService(t, rec, admitAll)
+	half := func(stream uint32, method int) {
+		s.Handle(&httploop.StreamCtx{Event: h2.HalfClosed, Ref: httploop.DetachedStreamRef(stream), Request: &h2.Request{Stream: stream, Method: method, EndStream: true}})
+	}
+	half(1, methodShouldRateLimit)
+	half(2, methodCheck)
+	half(3, methodHealthWatch)
+	for stream := uint32(1); stream <= 3; stream++ {
+		if rec.answers[stream] != "code 3" {
+			t.Fatalf("stream %d without a message: %q, want INVALID_ARGUMENT", stream, rec.answers[stream])
+		}
+	}
+	list, _ := proto.Marshal(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}})
+	s.Handle(&httploop.StreamCtx{Event: h2.Message, Ref: httploop.DetachedStreamRef(5), Request: &h2.Request{Stream: 5, Method: methodReflectionV1, Message: list}})
+	if _, ended := rec.answers[5]; ended || s.watches.len() != 1 {
+		t.Fatalf("a reflection stream ended after one answer: %v", rec.answers)
+	}
+	half(5, methodReflectionV1)
+	if rec.answers[5] != "finish 0" || s.watches.len() != 0 {
+		t.Fatalf("a reflection stream its client ended: %q", rec.answers[5])
+	}
+	rec.dead = map[uint32]bool{7: true}
+	s.Handle(&httploop.StreamCtx{Event: h2.Message, Ref: httploop.DetachedStreamRef(7), Request: &h2.Request{Stream: 7, Method: methodReflectionV1, Message: list}})
+	s.Tick(int64(time.Second))
+	if rec.answers[7] != "finish 0" || s.watches.len() != 0 {
+		t.Fatalf("a reflection stream its client reset: %q", rec.answers[7])
+	}
+}

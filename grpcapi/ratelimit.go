@@ -1,27 +1,25 @@
 package grpcapi
 
 import (
-	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/valyala/fasthttp"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/tollgated/tollgated/grpcmsg"
+	"github.com/tollgated/tollgated/httploop"
 )
 
-// Bounds of a RateLimitRequest, beyond the message size.
+// Bounds of a RateLimitRequest, beyond the message size and the decoder's
+// (grpcmsg.MaxDescriptors descriptors, grpcmsg.MaxEntries entries each).
 const (
-	maxDescriptors = 16
-	maxEntries     = 16
-	maxEntryKey    = 64
-	maxEntryValue  = 4096
-	maxHits        = 1_000_000_000 // the largest count a route may name
-	maxAccountLen  = 64
+	maxEntryKey   = 64
+	maxEntryValue = 4096
+	maxHits       = 1_000_000_000 // the largest count a route may name
+	maxAccountLen = 64
+	maxMethodLen  = 24
 )
 
 // Descriptor entries a rate-limit descriptor reads besides the account's.
@@ -36,60 +34,65 @@ type rateLimitRules struct {
 	domain, accountEntry string
 }
 
-// decodeRateLimit turns a RateLimitRequest into one forward-auth call per
-// descriptor, or an INVALID_ARGUMENT status saying what is wrong. Entries
-// other than the account, method and path are ignored: a gateway sends
-// what its actions produce.
-func decodeRateLimit(req *rlsv3.RateLimitRequest, rules rateLimitRules) ([]forwardCall, error) {
-	if req.GetDomain() != rules.domain {
-		return nil, invalid("domain %q is not served here (want %q)", req.GetDomain(), rules.domain)
-	}
-	ds := req.GetDescriptors()
-	if len(ds) == 0 || len(ds) > maxDescriptors {
-		return nil, invalid("%d descriptors: want 1 to %d", len(ds), maxDescriptors)
-	}
-	calls := make([]forwardCall, len(ds))
-	for i, d := range ds {
-		c, err := decodeDescriptor(d, req.GetHitsAddend(), rules)
-		if err != nil {
-			return nil, invalid("descriptors[%d]: %s", i, err)
-		}
-		calls[i] = c
-	}
-	return calls, nil
+// descriptorCall is one descriptor as the shard is asked about it: the
+// account (whose own key the call carries), the request it stands for,
+// and the count.
+type descriptorCall struct {
+	account, method, uri []byte
+	hits                 uint64
 }
 
-func decodeDescriptor(d *rlcommon.RateLimitDescriptor, hits uint32, rules rateLimitRules) (forwardCall, error) {
-	c := forwardCall{method: fasthttp.MethodGet, uri: "/"}
-	if d.GetLimit() != nil {
-		return c, fmt.Errorf("a limit override is not accepted: limits are the account's policy")
+var (
+	defaultMethod = []byte(fasthttp.MethodGet)
+	defaultURI    = []byte("/")
+)
+
+// check reports what is wrong with a request as a whole, before any of its
+// descriptors is decided: a request refused is refused whole, nothing
+// billed.
+func (r rateLimitRules) check(req *grpcmsg.RateLimitRequest) error {
+	if string(req.Domain) != r.domain {
+		return fmt.Errorf("domain %q is not served here (want %q)", req.Domain, r.domain)
 	}
-	if d.GetIsNegativeHits() {
-		return c, fmt.Errorf("negative hits are not accepted: admitted work is billed, never refunded here")
+	if len(req.Descriptors) == 0 {
+		return errors.New("no descriptors: want 1 to 16")
 	}
-	n := uint64(hits)
-	if h := d.GetHitsAddend(); h != nil {
-		n = h.GetValue()
+	for i := range req.Descriptors {
+		if _, err := r.descriptor(&req.Descriptors[i], req.HitsAddend); err != nil {
+			return fmt.Errorf("descriptors[%d]: %w", i, err)
+		}
 	}
-	if n == 0 {
-		n = 1 // unset: one hit, as Envoy means it
+	return nil
+}
+
+// descriptor reads d as a call. Entries other than the account, method
+// and path are ignored: a gateway sends what its actions produce.
+func (r rateLimitRules) descriptor(d *grpcmsg.Descriptor, hits uint32) (descriptorCall, error) {
+	c := descriptorCall{method: defaultMethod, uri: defaultURI, hits: uint64(hits)}
+	switch {
+	case d.HasLimit:
+		return c, errors.New("a limit override is not accepted: limits are the account's policy")
+	case d.IsNegativeHits:
+		return c, errors.New("negative hits are not accepted: admitted work is billed, never refunded here")
 	}
-	if n > maxHits {
-		return c, fmt.Errorf("hits_addend %d: want at most %d", n, maxHits)
+	if d.HasHitsAddend {
+		c.hits = d.HitsAddend
 	}
-	es := d.GetEntries()
-	if len(es) > maxEntries {
-		return c, fmt.Errorf("%d entries: want at most %d", len(es), maxEntries)
+	if c.hits == 0 {
+		c.hits = 1 // unset: one hit, as Envoy means it
+	}
+	if c.hits > maxHits {
+		return c, fmt.Errorf("hits_addend %d: want at most %d", c.hits, maxHits)
 	}
 	var seenMethod, seenPath bool
-	for _, e := range es {
-		k, v := e.GetKey(), e.GetValue()
+	for _, e := range d.Entries {
+		k, v := e.Key, e.Value
 		if len(k) == 0 || len(k) > maxEntryKey || len(v) > maxEntryValue {
 			return c, fmt.Errorf("entry %.64q: keys are 1 to %d bytes, values at most %d", k, maxEntryKey, maxEntryValue)
 		}
-		switch k {
-		case rules.accountEntry:
-			if c.account != "" {
+		switch string(k) {
+		case r.accountEntry:
+			if c.account != nil {
 				return c, fmt.Errorf("entry %q given twice", k)
 			}
 			if !validAccount(v) {
@@ -97,55 +100,221 @@ func decodeDescriptor(d *rlcommon.RateLimitDescriptor, hits uint32, rules rateLi
 			}
 			c.account = v
 		case entryMethod:
-			if seenMethod || !isToken(v) || len(v) > 24 {
-				return c, fmt.Errorf("entry %q: once, an HTTP method of at most 24 bytes", k)
+			if seenMethod || !isToken(v) || len(v) > maxMethodLen {
+				return c, fmt.Errorf("entry %q: once, an HTTP method of at most %d bytes", k, maxMethodLen)
 			}
 			seenMethod, c.method = true, v
 		case entryPath:
-			if seenPath || v == "" || v[0] != '/' || !fitsHeader(v) {
+			if seenPath || len(v) == 0 || v[0] != '/' || !fitsHeader(v) {
 				return c, fmt.Errorf("entry %q: once, a request target starting with / and without control bytes", k)
 			}
 			seenPath, c.uri = true, v
 		}
 	}
-	if c.account == "" {
-		return c, fmt.Errorf("no %q entry names the account", rules.accountEntry)
+	if c.account == nil {
+		return c, fmt.Errorf("no %q entry names the account", r.accountEntry)
 	}
-	// Room for the key's header, which decideForAccount adds.
-	c.headers = append(make([]header, 0, 2), header{hdrHitsAddend, strconv.FormatUint(n, 10)})
-	c.hint = c.account
 	return c, nil
 }
 
-// tollgateFields are the answer's X-Tollgate-* fields, for the upstream
-// request: their values in one slice, pointed into.
-func tollgateFields(resp *fasthttp.Response) []*corev3.HeaderValue {
-	n := 0
-	for k := range resp.Header.All() {
-		if isTollgateHeader(string(k)) {
-			n++
-		}
+// rateLimit serves ShouldRateLimit: each descriptor in order, each as one
+// forward-auth call for its account; the answer is OVER_LIMIT when any
+// descriptor is. A descriptor admitted is billed even if a later one is
+// over its limit, as each descriptor is its own limit.
+func (s *Service) rateLimit(ref httploop.StreamRef, msg []byte) {
+	if err := s.rl.Decode(msg); err != nil {
+		s.out.Fail(ref, codeInvalidArgument, "tollgated: "+err.Error())
+		return
 	}
-	if n == 0 {
-		return nil
+	s.rlMsg = msg
+	if err := s.sh.rules.check(&s.rl); err != nil {
+		s.out.Fail(ref, codeInvalidArgument, "tollgated: "+err.Error())
+		return
 	}
-	vals, hdrs := make([]corev3.HeaderValue, 0, n), make([]*corev3.HeaderValue, 0, n)
-	for k, v := range resp.Header.All() {
-		if isTollgateHeader(string(k)) && len(vals) < n {
-			vals = append(vals, corev3.HeaderValue{Key: headerName(k), Value: string(v)})
-			hdrs = append(hdrs, &vals[len(vals)-1])
-		}
+	i, sl := s.slots.acquire(ref, methodShouldRateLimit)
+	if sl == nil {
+		s.busy(ref)
+		return
 	}
-	return hdrs
+	s.runDescriptors(i, sl, msg)
 }
 
+// runDescriptors decides slot i's descriptors from sl.next on, s.rl
+// holding the request decoded from msg, until one is held (postponed, or
+// waiting for its key) or all are decided and the call is answered.
+func (s *Service) runDescriptors(i int, sl *slot, msg []byte) {
+	for sl.next < len(s.rl.Descriptors) {
+		d, err := s.sh.rules.descriptor(&s.rl.Descriptors[sl.next], s.rl.HitsAddend)
+		if err != nil {
+			panic("grpcapi: BUG: a descriptor checked before is refused now: " + err.Error())
+		}
+		key, st := s.keys.of(d.account, s.sh.bearer)
+		switch st {
+		case keyUnknown:
+			s.appendUnknownAccount(sl)
+			sl.next++
+			continue
+		case keyFailed:
+			s.finish(i, sl, codeUnavailable, "tollgated: the account's key could not be published to the shards")
+			return
+		case keyWaiting:
+			s.keep(sl, msg)
+			sl.state, sl.since = slotKey, s.now
+			s.keys.wait(i, d.account)
+			return
+		}
+		s.forwardDescriptor(&d, key)
+		if s.decideIn(i, sl) {
+			s.keep(sl, msg)
+			return
+		}
+		if !s.descriptorDone(i, sl) {
+			return
+		}
+	}
+	f := &s.frag
+	f.Reset()
+	f.OverallCode = overallCode(sl.over)
+	sl.answer = grpcmsg.AppendRateLimitResponse(sl.answer, f)
+	s.out.Answer(sl.ref, sl.answer)
+	s.slots.release(i)
+}
+
+// keep copies the request into its slot, which outlives the stream's
+// input, once.
+func (s *Service) keep(sl *slot, msg []byte) {
+	if len(sl.msg) == 0 {
+		sl.msg = append(sl.msg[:0], msg...)
+	}
+}
+
+// finish ends slot i's call with a status and no answer message.
+func (s *Service) finish(i int, sl *slot, code uint32, msg string) {
+	s.out.Fail(sl.ref, code, msg)
+	s.slots.release(i)
+}
+
+func overallCode(over bool) int32 {
+	if over {
+		return grpcmsg.CodeOverLimit
+	}
+	return grpcmsg.CodeOK
+}
+
+// forwardDescriptor writes d as a forward-auth call into s.req, in the
+// shape nginx uses: the method and URI in X-Original-* headers, the count
+// in Hits-Addend, the account's key in the key header.
+func (s *Service) forwardDescriptor(d *descriptorCall, key []byte) {
+	req := &s.req
+	req.Header.SetMethod(fasthttp.MethodGet)
+	req.SetRequestURIBytes(pathAuthz)
+	req.Header.SetBytesV(hdrOriginalMeth, d.method)
+	req.Header.SetBytesV(hdrOriginalURI, d.uri)
+	s.buf = strconv.AppendUint(s.buf[:0], d.hits, 10)
+	req.Header.SetBytesV(hdrHitsAddend, s.buf)
+	req.Header.SetBytesV(s.sh.cfg.KeyHeader, key)
+}
+
+// descriptorDone reads the shard's answer to slot i's current descriptor
+// into the answer, and reports whether the call goes on with the next.
+// A key the shard does not know is waited for while it is fresh (the
+// shard may not have applied its binding yet); after that the account is
+// gone.
+func (s *Service) descriptorDone(i int, sl *slot) bool {
+	resp := &sl.resp
+	switch resp.StatusCode() {
+	case fasthttp.StatusUnauthorized:
+		d, _ := s.sh.rules.descriptor(&s.rl.Descriptors[sl.next], s.rl.HitsAddend)
+		if s.keys.fresh(d.account) {
+			s.keep(sl, s.rlMsg)
+			sl.state, sl.since = slotKey, s.now
+			s.keys.retry(i, d.account, s.now)
+			return false
+		}
+		s.keys.forget(d.account)
+		s.appendUnknownAccount(sl)
+	case fasthttp.StatusBadRequest:
+		s.finish(i, sl, codeInvalidArgument, "tollgated: the descriptor's method or path is refused: "+string(problemCode(resp.Body())))
+		return false
+	default:
+		s.appendStatus(sl, resp)
+	}
+	sl.next++
+	return true
+}
+
+// appendStatus appends a descriptor's status, read from the shard's
+// forward-auth answer, to the slot's answer: 200 is OK, with the answer's
+// X-Tollgate-* fields (the account, the request id, the units billed) for
+// the upstream request; a refusal (an admission refusal, or a route the
+// policy does not admit) is OVER_LIMIT with its problem code in
+// X-Tollgate-Reason and the answer's Retry-After and RateLimit fields, the
+// first refusal's for the client.
+//
+// The answer is built as a run of RateLimitResponse fragments, one per
+// descriptor, and an overall code last: protobuf reads concatenated
+// messages as one, repeated fields in order and the last overall code.
+func (s *Service) appendStatus(sl *slot, resp *fasthttp.Response) {
+	f := &s.frag
+	f.Reset()
+	st := f.AddStatus()
+	st.Code = grpcmsg.CodeOK
+	if q, ok := requestQuota(resp.Header.Peek(hdrRateLimitPolicy)); ok {
+		st.HasCurrentLimit = true
+		st.CurrentLimit = grpcmsg.RateLimit{Name: limitName, RequestsPerUnit: q, Unit: grpcmsg.UnitSecond}
+	}
+	if left, secs, ok := requestsLeft(resp.Header.Peek(hdrRateLimit)); ok {
+		st.LimitRemaining = left
+		st.HasDurationUntilReset, st.DurationUntilReset = true, time.Duration(secs)*time.Second
+	}
+	if resp.StatusCode() == fasthttp.StatusOK {
+		resp.Header.VisitAll(func(k, v []byte) {
+			if isTollgateHeader(k) {
+				f.AddRequestHeader(k, v)
+			}
+		})
+	} else {
+		st.Code = grpcmsg.CodeOverLimit
+		if !sl.over {
+			f.AddResponseHeader(hdrReasonBytes, problemCode(resp.Body()))
+			for _, name := range refusalHeaders {
+				if v := resp.Header.PeekBytes(name); len(v) > 0 {
+					f.AddResponseHeader(name, v)
+				}
+			}
+		}
+		sl.over = true
+	}
+	sl.answer = grpcmsg.AppendRateLimitResponse(sl.answer, f)
+}
+
+// appendUnknownAccount appends the status of a descriptor naming an account
+// no shard knows: over the limit, so a gateway that fails open on errors
+// still refuses work nobody can be billed for.
+func (s *Service) appendUnknownAccount(sl *slot) {
+	f := &s.frag
+	f.Reset()
+	f.AddStatus().Code = grpcmsg.CodeOverLimit
+	if !sl.over {
+		f.AddResponseHeader(hdrReasonBytes, unknownAccount)
+	}
+	sl.over = true
+	sl.answer = grpcmsg.AppendRateLimitResponse(sl.answer, f)
+}
+
+var (
+	limitName      = []byte("requests")
+	unknownAccount = []byte("unknown-account")
+	hdrReasonBytes = []byte(hdrReason)
+	refusalHeaders = [][]byte{[]byte("Retry-After"), []byte(hdrRateLimit), []byte(hdrRateLimitPolicy)}
+)
+
 // validAccount is the admin API's account id rule.
-func validAccount(s string) bool {
+func validAccount(s []byte) bool {
 	if len(s) == 0 || len(s) > maxAccountLen {
 		return false
 	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
+	for i, c := range s {
 		switch {
 		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
 		case i > 0 && (c == '.' || c == '_' || c == '-'):
@@ -154,77 +323,4 @@ func validAccount(s string) bool {
 		}
 	}
 	return true
-}
-
-func invalid(format string, args ...any) error {
-	return status.Errorf(codes.InvalidArgument, "tollgated: "+format, args...)
-}
-
-// rateLimitService answers ShouldRateLimit.
-type rateLimitService struct {
-	rlsv3.UnimplementedRateLimitServiceServer
-	s *Server
-}
-
-// ShouldRateLimit decides each descriptor in order, each as one
-// forward-auth call for its account; the answer is OVER_LIMIT when any
-// descriptor is. A descriptor admitted is billed even if a later one is
-// over its limit, as each descriptor is its own limit.
-func (r rateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	calls, err := decodeRateLimit(req, r.s.rules)
-	if err != nil {
-		return nil, err
-	}
-	out := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(calls))}
-	for i := range calls {
-		st, hdrs, err := r.s.decideForAccount(ctx, &calls[i])
-		if err != nil {
-			return nil, err
-		}
-		out.Statuses[i] = st
-		if st.Code == rlsv3.RateLimitResponse_OK {
-			out.RequestHeadersToAdd = append(out.RequestHeadersToAdd, hdrs...)
-		}
-		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
-			if out.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
-				out.ResponseHeadersToAdd = hdrs // the first refusal's reasons
-			}
-			out.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-		}
-	}
-	return out, nil
-}
-
-// rateStatus reads a shard's forward-auth answer as a descriptor's status
-// and its headers: 200 is OK, with the answer's X-Tollgate-* fields (the
-// account, the request id, the units billed) for the upstream request; a
-// refusal (an admission refusal, or a route the policy does
-// not admit) is OVER_LIMIT with its problem code in X-Tollgate-Reason and
-// the answer's Retry-After and RateLimit fields; a problem with the
-// descriptor's method or path is INVALID_ARGUMENT.
-func rateStatus(resp *fasthttp.Response) (*rlsv3.RateLimitResponse_DescriptorStatus, []*corev3.HeaderValue, error) {
-	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
-	if q, ok := requestQuota(resp.Header.Peek(hdrRateLimitPolicy)); ok {
-		st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: "requests", RequestsPerUnit: q, Unit: rlsv3.RateLimitResponse_RateLimit_SECOND}
-	}
-	if left, secs, ok := requestsLeft(resp.Header.Peek(hdrRateLimit)); ok {
-		st.LimitRemaining = left
-		st.DurationUntilReset = durationpb.New(secondsDuration(secs))
-	}
-	code := resp.StatusCode()
-	if code == fasthttp.StatusOK {
-		return st, tollgateFields(resp), nil
-	}
-	problem := problemCode(resp.Body())
-	if code == fasthttp.StatusBadRequest {
-		return nil, nil, invalid("the descriptor's method or path is refused: %s", problem)
-	}
-	st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
-	hdrs := []*corev3.HeaderValue{{Key: hdrReason, Value: problem}}
-	for _, name := range []string{"Retry-After", hdrRateLimit, hdrRateLimitPolicy} {
-		if v := resp.Header.Peek(name); len(v) > 0 {
-			hdrs = append(hdrs, &corev3.HeaderValue{Key: name, Value: string(v)})
-		}
-	}
-	return st, hdrs, nil
 }

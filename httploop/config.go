@@ -71,9 +71,15 @@ type Config struct {
 	Quiet func() bool
 
 	// Holding, when set, reports whether the handler holds answers of its
-	// own, beside the loop's connections (node's hand-over desk): a drain
-	// then keeps the loop running, until its deadline, while it does.
+	// own, beside the loop's connections (the gRPC service's held calls):
+	// a drain then keeps the loop running, until its deadline, while it
+	// does.
 	Holding func() bool
+
+	// OnDrain, when set, runs on the loop thread once, when the loop
+	// starts draining: the handler ends what would otherwise hold the
+	// drain to its deadline (long-lived gRPC streams).
+	OnDrain func()
 
 	// Wake, when set, is polled with the connections; OnWake runs on the loop
 	// thread whenever it rang or holds messages. *ring.Doorbell satisfies
@@ -101,7 +107,16 @@ type Config struct {
 	// shown less CPU per request (BENCHMARKS.md). Where io_uring cannot be
 	// set up (an old kernel, a seccomp filter) the loop writes as without it.
 	BatchSends bool
+
+	// GRPC, when set, is a second listener whose connections speak
+	// HTTP/2 and carry gRPC calls (grpc.go). Its connections count
+	// against MaxConns and share every bound above but the HTTP/1.1
+	// framing ones.
+	GRPC *GRPC
 }
+
+// DefaultDeferTimeout is Config.DeferTimeout's default.
+const DefaultDeferTimeout = 5 * time.Second
 
 // lingerTimeout bounds how long a connection being closed after an answer
 // waits for the client to close its side. Closing with unread input makes
@@ -124,7 +139,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.HeaderTimeout = cmp.Or(c.HeaderTimeout, 10*time.Second)
 	c.BodyTimeout = cmp.Or(c.BodyTimeout, 30*time.Second)
 	c.WriteTimeout = cmp.Or(c.WriteTimeout, 30*time.Second)
-	c.DeferTimeout = cmp.Or(c.DeferTimeout, 5*time.Second)
+	c.DeferTimeout = cmp.Or(c.DeferTimeout, DefaultDeferTimeout)
 	c.Tick = cmp.Or(c.Tick, 100*time.Millisecond)
 	c.IdleTick = max(cmp.Or(c.IdleTick, time.Second), c.Tick)
 
@@ -147,6 +162,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	// The head must fit a pooled buffer: it is found and parsed in place.
 	c.ReadBufferSize = max(c.ReadBufferSize, c.MaxHeaderBytes)
+	if c.GRPC != nil {
+		if err := c.GRPC.validate(); err != nil {
+			return c, err
+		}
+		c.ReadBufferSize = max(c.ReadBufferSize, minGRPCReadBuffer)
+	}
 	if c.OnWake != nil && c.Wake == nil {
 		return c, errors.New("httploop: OnWake without Wake")
 	}

@@ -4,6 +4,8 @@ package httploop
 
 import (
 	"golang.org/x/sys/unix"
+
+	"github.com/tollgated/tollgated/h2"
 )
 
 // conn is one client connection. Only the loop thread touches it.
@@ -45,7 +47,12 @@ type conn struct {
 	sendQueued bool // in the send list: its output goes out with the iteration's batch
 	full       bool // a write found the socket full; until EPOLLOUT, output is written, not batched
 	continued  bool // 100 Continue sent for the current request
+	goingAway  bool // gRPC: the drain's GOAWAY is sent
 	closeWhy   CloseReason
+
+	// h2 frames a gRPC connection's input (grpc.go); nil on HTTP/1.1
+	// connections.
+	h2 *h2.Conn
 }
 
 // pending is how much output waits for the socket.
@@ -121,7 +128,9 @@ func (l *Loop) settle(c *conn) {
 		l.bufs.put(c.in)
 		c.in, c.r = nil, 0
 		c.reqStart = 0
-		if l.draining {
+		// A gRPC connection stays while its streams wait for answers;
+		// the last answer's pump closes it.
+		if l.draining && (c.h2 == nil || c.h2.Streams() == 0) {
 			l.close(c, CloseDrain)
 		}
 	}
@@ -133,6 +142,13 @@ func (l *Loop) read(c *conn) bool {
 		c.in = l.bufs.get()
 	}
 	if len(c.in) == cap(c.in) {
+		if c.r == 0 && c.h2 != nil {
+			// The buffer holds a whole frame of the largest size
+			// (minGRPCReadBuffer) and Step consumes every whole frame:
+			// a guard, not a path.
+			l.close(c, CloseBadRequest)
+			return false
+		}
 		if c.r == 0 {
 			// serve refuses a head that fills a buffer and sizes the
 			// buffer to a body, so a full buffer has something to
@@ -355,6 +371,7 @@ func (l *Loop) close(c *conn, why CloseReason) {
 	l.cnt.v[statOutput] -= uint64(c.pending())
 	l.bufs.put(c.in)
 	l.bufs.put(c.out)
+	l.releaseGRPC(c)
 	*c = conn{slot: c.slot, gen: c.gen + 1}
 	l.free = append(l.free, c.slot)
 	l.nconns--

@@ -42,6 +42,9 @@ func (l *Loop) drainStep(deadline int64) bool {
 	if !l.draining {
 		l.draining = true
 		l.closeListener()
+		if l.cfg.OnDrain != nil {
+			l.cfg.OnDrain()
+		}
 		// Pump every connection once more: an idle one gets a last read
 		// (a request racing the drain is answered, with Connection:
 		// close) and is closed by settle when there is nothing.

@@ -5,6 +5,7 @@ package httploop
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"golang.org/x/sys/unix"
+
+	"github.com/tollgated/tollgated/h2"
 )
 
 // Epoll event tokens. A connection's event carries its slot (≥ 0) in Fd and
@@ -22,6 +25,7 @@ const (
 	tokenListener = -1
 	tokenWake     = -2
 	tokenCtl      = -3
+	tokenGRPC     = -4 // the gRPC listener (Config.GRPC)
 )
 
 const (
@@ -48,6 +52,7 @@ type Loop struct {
 	addr    *net.TCPAddr
 
 	ln     int // listener; -1 once closed
+	gln    int // the gRPC listener (Config.GRPC); -1 without one or once closed
 	epfd   int
 	park   *parker // nil where the runtime's poller refused the epoll fd: idle sleeps in epoll_wait
 	events []unix.EpollEvent
@@ -56,9 +61,12 @@ type Loop struct {
 	conns  []*conn  // by slot; a slot's conn is reused after close
 	free   []uint32 // free slots
 	nconns int      // open connections, lingering ones included
-	nextID uint64
-	ready  []ref // connections to pump in this iteration
-	spare  []ref
+	ngrpc  int      // of them, gRPC connections
+	// maxGRPC bounds ngrpc (GRPC.MaxConns, or MaxConns).
+	maxGRPC int
+	nextID  uint64
+	ready   []ref // connections to pump in this iteration
+	spare   []ref
 
 	// Answers sent together at the end of an iteration (sendRing,
 	// Config.BatchSends); ring is nil where that is off or io_uring failed,
@@ -75,6 +83,7 @@ type Loop struct {
 
 	now         int64 // the iteration's one clock reading
 	acceptMore  bool  // the listener may hold connections not yet accepted
+	acceptGRPC  bool  // the gRPC listener may
 	acceptRetry int64 // after an accept error: when to try again; 0 if not waiting
 	sweptAt     int64
 	sweepPos    int
@@ -90,9 +99,15 @@ type Loop struct {
 	aux  fasthttp.Response
 	ctx  Ctx
 	head bytes.Reader
-	br   *bufio.Reader
-	ow   outWriter
-	bw   *bufio.Writer
+	// The gRPC side: idle h2.Conns, the handler's context, and the
+	// connection whose stream is being handled (its answers go out with
+	// its pump, without queueing it again).
+	h2free  []*h2.Conn
+	sctx    StreamCtx
+	serving *conn
+	br      *bufio.Reader
+	ow      outWriter
+	bw      *bufio.Writer
 
 	cnt counters
 
@@ -135,6 +150,7 @@ func New(ln *Listener, h Handler, cfg Config) (*Loop, error) {
 		handler: h,
 		addr:    ln.addr,
 		ln:      ln.fd,
+		gln:     -1,
 		epfd:    -1,
 		ctl:     -1,
 		events:  make([]unix.EpollEvent, eventBatch),
@@ -158,6 +174,10 @@ func New(ln *Listener, h Handler, cfg Config) (*Loop, error) {
 		return nil, err
 	}
 	ln.fd = -1 // the loop owns it now
+	if cfg.GRPC != nil {
+		cfg.GRPC.Listener.fd = -1
+		l.maxGRPC = cmp.Or(cfg.GRPC.MaxConns, cfg.MaxConns)
+	}
 	return l, nil
 }
 
@@ -174,6 +194,12 @@ func (l *Loop) setup() error {
 	// reset by reading them, so a ring is never lost between edges.
 	if err := l.register(l.ln, unix.EPOLLIN|unix.EPOLLET, tokenListener, 0); err != nil {
 		return err
+	}
+	if g := l.cfg.GRPC; g != nil {
+		if err := l.register(g.Listener.fd, unix.EPOLLIN|unix.EPOLLET, tokenGRPC, 0); err != nil {
+			return err
+		}
+		l.gln = g.Listener.fd
 	}
 	if err := l.register(l.ctl, unix.EPOLLIN, tokenCtl, 0); err != nil {
 		return err
@@ -253,7 +279,7 @@ func (l *Loop) Run() error {
 		if idle {
 			timeout = int(l.cfg.IdleTick / time.Millisecond)
 		}
-		if len(l.ready) > 0 || len(l.sendq) > 0 || l.acceptMore {
+		if len(l.ready) > 0 || len(l.sendq) > 0 || l.acceptMore || l.acceptGRPC {
 			timeout = 0
 		}
 		if d := l.drainAt.Load(); d != 0 && l.draining {
@@ -285,6 +311,8 @@ func (l *Loop) Run() error {
 			switch ev.Fd {
 			case tokenListener:
 				l.acceptMore = true
+			case tokenGRPC:
+				l.acceptGRPC = true
 			case tokenWake:
 				w.Drain()
 				woke = true
@@ -298,10 +326,13 @@ func (l *Loop) Run() error {
 			l.cfg.OnWake()
 		}
 		if l.acceptRetry != 0 && l.now >= l.acceptRetry {
-			l.acceptRetry, l.acceptMore = 0, true
+			l.acceptRetry, l.acceptMore, l.acceptGRPC = 0, true, l.gln >= 0
 		}
 		if l.acceptMore {
-			l.accept()
+			l.acceptMore = l.accept(l.ln, false)
+		}
+		if l.acceptGRPC {
+			l.acceptGRPC = l.accept(l.gln, true)
 		}
 		l.runReady()
 		l.sendQueued()
@@ -344,21 +375,21 @@ func (l *Loop) event(ev *unix.EpollEvent) {
 	l.pump(c)
 }
 
-// accept takes up to acceptBatch connections from the listener.
-func (l *Loop) accept() {
-	l.acceptMore = false
-	if l.ln < 0 {
-		return
+// accept takes up to acceptBatch connections from listener ln (the gRPC
+// one when grpc), and reports whether it may hold more.
+func (l *Loop) accept(ln int, grpc bool) (more bool) {
+	if ln < 0 {
+		return false
 	}
 	for range acceptBatch {
 		// Raw accept4: unix.Accept4 builds a Sockaddr for the peer,
 		// one allocation per connection that nothing here reads.
-		r, _, errno := unix.Syscall6(unix.SYS_ACCEPT4, uintptr(l.ln), 0, 0,
+		r, _, errno := unix.Syscall6(unix.SYS_ACCEPT4, uintptr(ln), 0, 0,
 			unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0, 0)
 		switch errno {
 		case 0:
 		case unix.EAGAIN:
-			return
+			return false
 		case unix.EINTR, unix.ECONNABORTED:
 			continue
 		default:
@@ -367,21 +398,23 @@ func (l *Loop) accept() {
 			// no new edge may come for them, so retry after a tick.
 			l.cnt.v[statAcceptErrors]++
 			l.acceptRetry = l.now + int64(l.cfg.Tick)
-			return
+			return false
 		}
 		fd := int(r)
-		if l.nconns >= l.cfg.MaxConns {
+		if l.nconns >= l.cfg.MaxConns || grpc && l.ngrpc >= l.maxGRPC {
 			unix.Close(fd)
 			l.cnt.v[statRejected]++
 			continue
 		}
-		l.open(fd)
+		if c := l.open(fd); c != nil && grpc {
+			l.openGRPC(c)
+		}
 	}
-	l.acceptMore = true
+	return true
 }
 
-// open starts serving an accepted socket.
-func (l *Loop) open(fd int) {
+// open starts serving an accepted socket; nil if it could not.
+func (l *Loop) open(fd int) *conn {
 	// Responses go out whole, one write per batch, so Nagle's algorithm
 	// would only add delay (and deadlock with delayed ACKs on pipelines).
 	_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
@@ -403,11 +436,12 @@ func (l *Loop) open(fd int) {
 		c.open = false
 		unix.Close(fd)
 		l.free = append(l.free, c.slot)
-		return
+		return nil
 	}
 	l.nconns++
 	l.cnt.v[statAccepted]++
 	l.cnt.v[statConns]++
+	return c
 }
 
 // queue asks for c to be pumped later in this iteration (or, if queued
@@ -457,7 +491,11 @@ func (l *Loop) closeListener() {
 		unix.Close(l.ln) // closing also removes it from the epoll set
 		l.ln = -1
 	}
-	l.acceptMore = false
+	if l.gln >= 0 {
+		unix.Close(l.gln)
+		l.gln = -1
+	}
+	l.acceptMore, l.acceptGRPC = false, false
 }
 
 func (l *Loop) closeFDs() {

@@ -62,6 +62,9 @@ var continueLine = []byte("HTTP/1.1 100 Continue\r\n\r\n")
 //
 // serve does no I/O; that keeps it testable on bytes in memory.
 func (l *Loop) serve(c *conn) (capped bool) {
+	if c.h2 != nil {
+		return l.serveGRPC(c)
+	}
 	for c.open && !c.waiting && !c.closeAfter {
 		if c.pending() > l.cfg.MaxOutput {
 			return true

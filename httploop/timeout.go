@@ -49,6 +49,9 @@ func (l *Loop) check(c *conn) {
 	case c.pending() > 0 && now-c.writeSince >= int64(l.cfg.WriteTimeout):
 		l.close(c, CloseWriteTimeout)
 		return
+	case c.h2 != nil:
+		l.checkGRPC(c)
+		return
 	case c.waiting:
 		if now-c.deferStart >= int64(l.cfg.DeferTimeout) {
 			l.cnt.v[statDeferTimeouts]++

@@ -18,7 +18,7 @@ import (
 	"github.com/tollgated/tollgated/clock"
 	"github.com/tollgated/tollgated/control"
 	"github.com/tollgated/tollgated/control/message"
-	"github.com/tollgated/tollgated/handover"
+	"github.com/tollgated/tollgated/grpcapi"
 	"github.com/tollgated/tollgated/httploop"
 	"github.com/tollgated/tollgated/ring"
 	"github.com/tollgated/tollgated/shard"
@@ -54,11 +54,9 @@ type Config struct {
 	// refuse requests that would bill while it is not StorageOK.
 	Storage *shard.Storage
 	Log     zerolog.Logger
-	// HandOver is how many forward-auth calls other goroutines (the gRPC
-	// listener) may have handed to the shards at once: each shard's
-	// hand-over port and desk hold that many (HandOverPorts). Zero: no
-	// ports.
-	HandOver int
+	// GRPCListen, when set, is the address every shard also binds for
+	// the gRPC services (ServeGRPC says how they are served).
+	GRPCListen string
 	// AuthzKeyHeader is shard.Config.AuthzKeyHeader.
 	AuthzKeyHeader string
 	// Clock is the shards' time (their loops' readings plus its offset)
@@ -72,6 +70,8 @@ type Node struct {
 	plane    *control.Plane
 	runners  []*runner
 	addr     string
+	grpcAddr string
+	grpc     *GRPC // set by ServeGRPC
 	stop     chan struct{}
 	planeWG  sync.WaitGroup
 	loopWG   sync.WaitGroup
@@ -116,24 +116,33 @@ func Bind(cfg Config) (*Node, error) {
 	if err := httploop.CheckFree(cfg.Listen); err != nil {
 		return nil, fmt.Errorf("node: data-plane address: %w", err)
 	}
+	if cfg.GRPCListen != "" {
+		if err := httploop.CheckFree(cfg.GRPCListen); err != nil {
+			return nil, fmt.Errorf("node: gRPC address: %w", err)
+		}
+	}
 	cfg.Plane.Syncing = new(shard.SpoolSyncing) // one per node, its shards and plane
 	if cfg.Plane.Clock == nil {
 		cfg.Plane.Clock = cfg.Clock
 	}
 	n := &Node{cfg: cfg, stop: make(chan struct{})}
 	links := make([]control.Link, len(cfg.CPUs))
-	addr := cfg.Listen
+	addr, gaddr := cfg.Listen, cfg.GRPCListen
 	for i, cpu := range cfg.CPUs {
-		r, link, err := newRunner(i, cpu, addr, cfg)
+		r, link, err := newRunner(i, cpu, addr, gaddr, cfg)
 		if err != nil {
 			n.closeRunners()
 			return nil, fmt.Errorf("shard %d: %w", i, err)
 		}
-		addr = r.ln.Addr().String() // later shards bind the port the first one got
+		// Later shards bind the ports the first one got.
+		addr = r.ln.Addr().String()
+		if r.gln != nil {
+			gaddr = r.gln.Addr().String()
+		}
 		links[i] = link
 		n.runners = append(n.runners, r)
 	}
-	n.addr = addr
+	n.addr, n.grpcAddr = addr, gaddr
 	p, err := control.New(cfg.Plane, links)
 	if err != nil {
 		n.closeRunners()
@@ -166,15 +175,23 @@ func (n *Node) Open(deadline time.Time) error {
 	if !n.deliverAll(deadline) {
 		return errors.New("node: the shards did not take their initial state before the deadline")
 	}
+	if n.cfg.GRPCListen != "" && n.grpc == nil {
+		return errors.New("node: a gRPC address is bound but nothing serves it (ServeGRPC)")
+	}
 	for _, r := range n.runners {
 		if err := r.ln.Open(); err != nil {
 			return err
+		}
+		if r.gln != nil {
+			if err := r.gln.Open(); err != nil {
+				return err
+			}
 		}
 	}
 	started := make(chan error, len(n.runners))
 	for _, r := range n.runners {
 		n.loopWG.Add(1)
-		go func() { defer n.loopWG.Done(); r.run(started, n.cfg.Log) }()
+		go func() { defer n.loopWG.Done(); r.run(started, n.grpc, len(n.runners), n.cfg.Log) }()
 	}
 	var firstErr error
 	for range n.runners {
@@ -207,19 +224,36 @@ func (n *Node) deliverAll(deadline time.Time) bool {
 	}
 }
 
-// HandOverPorts are the shards' hand-over ports, one per shard (nil
-// without Config.HandOver): what the gRPC listener sends its decisions
-// through.
-func (n *Node) HandOverPorts() []*handover.Port {
-	if n.cfg.HandOver == 0 {
-		return nil
-	}
-	ports := make([]*handover.Port, len(n.runners))
-	for i, r := range n.runners {
-		ports[i] = r.desk.port
-	}
-	return ports
+// GRPC is how the shards serve the gRPC services on Config.GRPCListen.
+type GRPC struct {
+	Shared *grpcapi.Shared
+	// MaxStreams bounds the calls in flight on one connection;
+	// MaxHeaderListBytes a call's headers; MaxConns the node's gRPC
+	// connections (each shard takes its share).
+	MaxStreams         uint32
+	MaxHeaderListBytes int
+	MaxConns           int
 }
+
+// ServeGRPC says how the shards serve the gRPC address Bind bound; call it
+// after Bind and before Open.
+func (n *Node) ServeGRPC(g GRPC) error {
+	if n.cfg.GRPCListen == "" {
+		return errors.New("node: no gRPC address is bound")
+	}
+	h := grpcapi.H2(g.MaxStreams, g.MaxHeaderListBytes)
+	if err := h.Validate(); err != nil {
+		return err
+	}
+	if g.Shared == nil || g.MaxConns < 1 {
+		return errors.New("node: the gRPC services and a connection bound must be given")
+	}
+	n.grpc = &g
+	return nil
+}
+
+// GRPCAddr is the address the shards serve gRPC on, "" without one.
+func (n *Node) GRPCAddr() string { return n.grpcAddr }
 
 // Plane is the node's control plane, for provisioning.
 func (n *Node) Plane() *control.Plane { return n.plane }
@@ -344,6 +378,7 @@ type runner struct {
 	in      *ring.Doorbell[message.Inbound]
 	out     *ring.Doorbell[message.Outbound]
 	ln      *httploop.Listener
+	gln     *httploop.Listener // the gRPC address's; nil without one
 	loop    *httploop.Loop
 
 	clock   *clock.Clock // its offset is added to the loop's readings
@@ -352,16 +387,15 @@ type runner struct {
 	now     int64 // the last tick's reading, on clock
 	closeMu sync.Once
 
-	// desk serves the calls handed over through the shard's port; nil
-	// without one (Config.HandOver).
-	desk *desk
-	// The shard.Request's Defer while it serves a connection's request,
-	// and while it serves a handed-over call: bound once, in newRunner.
-	deferConn, deferCall func() uint64
-	serveCall            func(c *handover.Call)
+	// grpc serves the calls of the shard's gRPC connections; nil without
+	// them.
+	grpc *grpcapi.Service
+	// The shard.Request's Defer while it serves a connection's request:
+	// bound once, in newRunner.
+	deferConn func() uint64
 }
 
-func newRunner(id, cpu int, addr string, cfg Config) (*runner, control.Link, error) {
+func newRunner(id, cpu int, addr, gaddr string, cfg Config) (*runner, control.Link, error) {
 	r := &runner{id: id, cpu: cpu, cfgLoop: cfg.Loop, clock: cfg.Clock}
 	inR, err := ring.New[message.Inbound](cfg.RingSize)
 	if err != nil {
@@ -378,22 +412,15 @@ func newRunner(id, cpu int, addr string, cfg Config) (*runner, control.Link, err
 		r.in.Close()
 		return nil, control.Link{}, err
 	}
-	if cfg.HandOver > 0 {
-		port, err := handover.NewPort(cfg.HandOver, r.in.Notify)
-		if err != nil {
-			r.close()
-			return nil, control.Link{}, err
-		}
-		r.desk = newDesk(port, cfg.HandOver)
-	}
 	r.deferConn = func() uint64 { return uint64(r.cur.Defer()) }
-	r.deferCall = func() uint64 { return r.desk.postpone(r.now) }
-	r.serveCall = r.serveHandedOver
 	r.s, err = shard.New(shard.Config{ID: uint16(id), Secret: cfg.Secret, MaxReservations: cfg.MaxReservations,
 		AckDurable: cfg.Durable, FundingWait: cfg.FundingWait, KeyUseReport: cfg.KeyUseReport,
 		Syncing: cfg.Plane.Syncing, Storage: cfg.Storage, AuthzKeyHeader: cfg.AuthzKeyHeader, Clock: cfg.Clock}, r.in, r.out)
 	if err == nil {
 		r.ln, err = httploop.Bind(addr)
+	}
+	if err == nil && gaddr != "" {
+		r.gln, err = httploop.Bind(gaddr)
 	}
 	if err != nil {
 		r.close()
@@ -403,13 +430,13 @@ func newRunner(id, cpu int, addr string, cfg Config) (*runner, control.Link, err
 }
 
 // run pins the thread, builds the loop and runs it until it drains.
-func (r *runner) run(started chan<- error, log zerolog.Logger) {
+func (r *runner) run(started chan<- error, g *GRPC, shards int, log zerolog.Logger) {
 	err := affinity.Pin(r.cpu)
 	r.pinned = err == nil
 	if err != nil && !errors.Is(err, affinity.ErrUnsupported) {
 		log.Warn().Int("shard", r.id).Int("cpu", r.cpu).Err(err).Msg("pinning failed; shard runs unpinned")
 	}
-	lc := r.loopConfig()
+	lc := r.loopConfig(g, shards)
 	loop, err := httploop.New(r.ln, r.handle, lc)
 	if err != nil {
 		started <- err
@@ -417,35 +444,35 @@ func (r *runner) run(started chan<- error, log zerolog.Logger) {
 	}
 	r.loop = loop
 	r.req.Defer = r.deferConn
+	if g != nil {
+		r.grpc = g.Shared.NewService(loop, r.decide, r.in.Notify)
+	}
 	r.s.SetCompleter(func(ticket uint64, fill func(*fasthttp.Response)) {
-		if isDeskTicket(ticket) {
-			r.desk.complete(ticket, fill)
+		if grpcapi.IsTicket(ticket) {
+			r.grpc.Complete(ticket, fill)
 			return
 		}
 		loop.Complete(httploop.Deferred(ticket), fill)
 	})
 	r.s.SetPending(func(ticket uint64) bool {
-		if isDeskTicket(ticket) {
-			return r.desk.pending(ticket)
+		if grpcapi.IsTicket(ticket) {
+			return r.grpc.Pending(ticket)
 		}
 		return loop.Pending(httploop.Deferred(ticket))
 	})
-	if r.desk != nil {
-		r.desk.timeout = int64(loop.DeferTimeout())
-	}
 	started <- nil
 	if err := loop.Run(); err != nil {
 		log.Error().Int("shard", r.id).Err(err).Msg("shard loop failed")
 	}
-	if r.desk != nil {
-		// No call is taken from here on; the ones the shard postponed
-		// are still answered while Shutdown drives it (or answered 504
-		// at close: they may have billed).
-		r.desk.port.Close()
+	if r.grpc != nil {
+		// The connections are closed: the calls the shard still owes a
+		// decision have no stream to be answered on. Their tickets go
+		// stale, and nothing more is decided for them.
+		r.grpc.Stop()
 	}
 }
 
-func (r *runner) loopConfig() httploop.Config {
+func (r *runner) loopConfig(g *GRPC, shards int) httploop.Config {
 	lc := r.cfgLoop
 	lc.Wake = r.s.Waker()
 	lc.OnWake = func() { r.s.Poll(r.now) }
@@ -457,48 +484,28 @@ func (r *runner) loopConfig() httploop.Config {
 		r.s.Poll(now)
 		r.s.PublishStats()
 	}
-	if r.desk != nil {
-		lc.Wake = deskWaker{r.s.Waker(), r.desk.port}
-		lc.OnWake = func() {
-			r.s.Poll(r.now)
-			r.desk.serveAll(r.serveCall)
-		}
-		lc.Quiet = func() bool { return r.s.Quiet() && r.desk.held() == 0 }
-		lc.Holding = func() bool { return r.desk.held() > 0 }
-		tick := lc.OnTick
-		lc.OnTick = func(now int64) {
-			tick(now)
-			r.desk.sweep(r.now)
-		}
+	if g == nil {
+		return lc
+	}
+	// The gRPC service is made with the loop (run); these run only once
+	// the loop does.
+	lc.GRPC = &httploop.GRPC{Listener: r.gln, H2: grpcapi.H2(g.MaxStreams, g.MaxHeaderListBytes),
+		Handler: func(x *httploop.StreamCtx) { r.grpc.Handle(x) }, MaxConns: max(g.MaxConns/shards, 1)}
+	lc.Quiet = func() bool { return r.s.Quiet() && r.grpc.Quiet() }
+	lc.Holding = func() bool { return r.grpc.Holding() }
+	lc.OnDrain = func() { r.grpc.Drain() }
+	tick := lc.OnTick
+	lc.OnTick = func(now int64) {
+		tick(now)
+		r.grpc.Tick(r.now)
 	}
 	return lc
 }
 
-// deskWaker is the shard's waker with its hand-over port: the loop may
-// sleep only when neither the inbox nor the port holds anything. A sender
-// rings the inbox's doorbell after each send (NewPort's wake), and it
-// stores into the port before it loads the sleep flag, as the plane does
-// into the inbox, so the doorbell's protocol covers the port too.
-type deskWaker struct {
-	*shard.Waker
-	port *handover.Port
-}
-
-func (w deskWaker) BeginSleep() bool {
-	if !w.Waker.BeginSleep() {
-		return false
-	}
-	if !w.port.Empty() {
-		w.Waker.EndSleep()
-		return false
-	}
-	return true
-}
-
-// serveHandedOver serves a handed-over call on the shard's thread, as
-// handle serves a connection's request.
-func (r *runner) serveHandedOver(c *handover.Call) {
-	r.req.Req, r.req.Resp, r.req.Now, r.req.Defer = &c.Req, &c.Resp, r.now, r.deferCall
+// decide serves a gRPC call's forward-auth request on the shard's thread,
+// as handle serves a connection's request.
+func (r *runner) decide(req *fasthttp.Request, resp *fasthttp.Response, postpone func() uint64) {
+	r.req.Req, r.req.Resp, r.req.Now, r.req.Defer = req, resp, r.now, postpone
 	r.s.Serve(&r.req)
 	r.req.Defer = r.deferConn
 }
@@ -514,11 +521,13 @@ func (r *runner) handle(x *httploop.Ctx) {
 
 func (r *runner) close() {
 	r.closeMu.Do(func() {
-		if r.desk != nil {
-			r.desk.close()
-		}
-		if r.ln != nil && r.loop == nil {
-			r.ln.Close()
+		if r.loop == nil {
+			if r.ln != nil {
+				r.ln.Close()
+			}
+			if r.gln != nil {
+				r.gln.Close()
+			}
 		}
 		if r.in != nil {
 			r.in.Close()

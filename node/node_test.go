@@ -60,12 +60,6 @@ func bindNodeAck(t testing.TB, shards int, durable bool) *testNode {
 // bindNodeLoop is bindNodeAck with the shards' loop configured.
 func bindNodeLoop(t testing.TB, shards int, durable bool, loop httploop.Config) *testNode {
 	t.Helper()
-	return bindNodeHandOver(t, shards, durable, loop, 0)
-}
-
-// bindNodeHandOver is bindNodeLoop with hand-over ports for handOver calls.
-func bindNodeHandOver(t testing.TB, shards int, durable bool, loop httploop.Config, handOver int) *testNode {
-	t.Helper()
 	useProcs(t, shards)
 	dir := t.TempDir()
 	store, err := boltstore.Open(filepath.Join(dir, "ledger.db"), boltstore.Options{})
@@ -84,7 +78,7 @@ func bindNodeHandOver(t testing.TB, shards int, durable bool, loop httploop.Conf
 	exporter := control.NewExporter(sp, store, "test-node", 4096)
 	n, err := Bind(Config{
 		Listen: "127.0.0.1:0", CPUs: make([]int, shards), Secret: secret, MaxReservations: 4096, Durable: durable,
-		Loop: loop, HandOver: handOver,
+		Loop: loop,
 		Plane: control.Config{Store: store, Spool: sp, Appended: sp.Stats().Appended, Holder: "test-node",
 			IsFull: func(err error) bool { return errors.Is(err, spool.ErrFull) }},
 		Log: zerolog.Nop(),

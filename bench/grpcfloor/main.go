@@ -35,7 +35,7 @@ func (emptyService) ShouldRateLimit(_ context.Context, req *rlsv3.RateLimitReque
 
 func main() {
 	addr := flag.String("listen", "127.0.0.1:18190", "loopback address to listen on")
-	workers := flag.Uint("workers", 64, "stream workers (tollgated's --grpc-hand-over default)")
+	workers := flag.Uint("workers", 64, "stream workers, as the grpc-go service tollgated once ran kept")
 	flag.Parse()
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {

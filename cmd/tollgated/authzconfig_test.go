@@ -39,7 +39,7 @@ func TestGRPCListenerIsOffUnlessAsked(t *testing.T) {
 	if g := c.grpc.daemon(); g.Enabled() {
 		t.Fatalf("gRPC on by default: %+v", g)
 	}
-	c, err = parseConfig([]string{"--grpc-listen", ":8081", "--grpc-domain", "edge", "--grpc-account-entry", "tenant", "--grpc-hand-over", "8"}, noEnv, io.Discard)
+	c, err = parseConfig([]string{"--grpc-listen", ":8081", "--grpc-domain", "edge", "--grpc-account-entry", "tenant", "--grpc-max-held", "8"}, noEnv, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func TestGRPCListenerIsOffUnlessAsked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g := dc.GRPC; !g.Enabled() || g.Listen != ":8081" || g.Domain != "edge" || g.AccountEntry != "tenant" || g.MaxHandOver != 8 {
+	if g := dc.GRPC; !g.Enabled() || g.Listen != ":8081" || g.Domain != "edge" || g.AccountEntry != "tenant" || g.MaxHeld != 8 {
 		t.Fatalf("daemon gRPC config %+v", g)
 	}
 	if err := dc.Validate(); err != nil {

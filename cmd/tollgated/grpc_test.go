@@ -174,10 +174,10 @@ func TestGRPCRateLimitServiceAdmitsWithinTheBurstThenRefuses(t *testing.T) {
 			t.Errorf("%s: %v, want INVALID_ARGUMENT", name, err)
 		}
 	}
-	// The hand-over's series are exported, with nothing refused here.
+	// The services' series are exported, with nothing held or refused here.
 	metrics := p.scrape()
-	for _, series := range []string{"tollgated_grpc_handover_in_flight 0", `tollgated_grpc_handover_refused_total{reason="busy"} 0`,
-		`tollgated_grpc_handover_refused_total{reason="no_answer"} 0`} {
+	for _, series := range []string{"tollgated_grpc_held 0", `tollgated_grpc_refused_total{reason="busy"} 0`,
+		`tollgated_grpc_refused_total{reason="no_answer"} 0`} {
 		if !strings.Contains(metrics, "\n"+series+"\n") {
 			t.Errorf("metrics lack %q", series)
 		}
@@ -330,7 +330,7 @@ func problemCodeOf(body string) string {
 }
 
 // TestGRPCHealthTurnsNotServingFirstAtShutdown: on SIGTERM the gRPC
-// listener is the first thing to stop — a health watcher hears
+// services are the first thing to stop serving — a health watcher hears
 // NOT_SERVING while the process still runs (its data plane drains after),
 // and a watch does not hold the stop until --shutdown-grace.
 func TestGRPCHealthTurnsNotServingFirstAtShutdown(t *testing.T) {
@@ -358,7 +358,7 @@ func TestGRPCHealthTurnsNotServingFirstAtShutdown(t *testing.T) {
 		t.Fatalf("the process had exited (%v) before NOT_SERVING arrived", err)
 	default:
 	}
-	p.waitFor("gRPC listener stopped", 15*time.Second)
+	p.waitFor("gRPC services not serving", 15*time.Second)
 	select {
 	case err := <-p.exited:
 		if err != nil {
@@ -368,7 +368,7 @@ func TestGRPCHealthTurnsNotServingFirstAtShutdown(t *testing.T) {
 		t.Fatal("no exit within 15 s of SIGTERM: the watch held the stop")
 	}
 	logs := p.all.String()
-	if g, u := strings.Index(logs, "gRPC listener stopped"), strings.Index(logs, "usage exported"); g < 0 || u < 0 || g > u {
-		t.Fatalf("the gRPC listener did not stop before the node drained:\n%s", logs)
+	if g, u := strings.Index(logs, "gRPC services not serving"), strings.Index(logs, "usage exported"); g < 0 || u < 0 || g > u {
+		t.Fatalf("the gRPC services did not stop serving before the node drained:\n%s", logs)
 	}
 }
