@@ -55,13 +55,9 @@ func (s *Service) watch(ref httploop.StreamRef, msg []byte) {
 	case err != nil:
 		s.out.Fail(ref, codeInvalidArgument, "tollgated: "+err.Error())
 	case !healthServices[string(svc)]:
-		s.buf = grpcmsg.AppendHealthCheckResponse(s.buf[:0], healthServiceUnknown)
-		s.out.Send(ref, s.buf)
-		s.out.Finish(ref, codeOK, "")
+		s.lastStatus(ref, healthServiceUnknown)
 	case s.watches.ending:
-		s.buf = grpcmsg.AppendHealthCheckResponse(s.buf[:0], healthNotServing)
-		s.out.Send(ref, s.buf)
-		s.out.Finish(ref, codeOK, "")
+		s.lastStatus(ref, healthNotServing)
 	case len(s.watches.all) >= maxWatches:
 		s.out.Fail(ref, codeResourceExhausted, "tollgated: the shard keeps as many open streams as it may")
 	default:
@@ -70,6 +66,13 @@ func (s *Service) watch(ref httploop.StreamRef, msg []byte) {
 		s.out.Send(ref, s.buf)
 		s.watches.all = append(s.watches.all, watch{ref: ref, last: st})
 	}
+}
+
+// lastStatus sends a watch one status and ends it.
+func (s *Service) lastStatus(ref httploop.StreamRef, st int32) {
+	s.buf = grpcmsg.AppendHealthCheckResponse(s.buf[:0], st)
+	s.out.Send(ref, s.buf)
+	s.out.Finish(ref, codeOK, "")
 }
 
 // watches are the streams a shard keeps open: health watches, and

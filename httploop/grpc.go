@@ -216,55 +216,49 @@ func (l *Loop) streamConn(r StreamRef) *conn {
 // false when r's connection is gone; a stream the client reset is still
 // released by it (the h2.Conn counts it until then) and reports true.
 // Call it on the loop thread, from a handler or later.
-func (l *Loop) Answer(r StreamRef, msg []byte) bool {
-	c := l.streamConn(r)
-	if c == nil {
-		return false
-	}
-	l.outBuffer(c)
-	before := len(c.out)
-	c.out = c.h2.Answer(c.out, r.stream, msg)
-	l.sent(c, before)
-	return true
-}
+func (l *Loop) Answer(r StreamRef, msg []byte) bool { return l.writeStream(r, writeAnswer, msg, 0, "") }
 
 // Fail ends r with a gRPC status and message and no answer message, as
 // Answer does.
 func (l *Loop) Fail(r StreamRef, code uint32, msg string) bool {
-	c := l.streamConn(r)
-	if c == nil {
-		return false
-	}
-	l.outBuffer(c)
-	before := len(c.out)
-	c.out = c.h2.Fail(c.out, r.stream, code, msg)
-	l.sent(c, before)
-	return true
+	return l.writeStream(r, writeEnd, nil, code, msg)
 }
 
 // Send sends one message of a streaming answer on r; the stream stays
 // open until Finish.
-func (l *Loop) Send(r StreamRef, msg []byte) bool {
-	c := l.streamConn(r)
-	if c == nil {
-		return false
-	}
-	l.outBuffer(c)
-	before := len(c.out)
-	c.out = c.h2.Send(c.out, r.stream, msg)
-	l.sent(c, before)
-	return true
-}
+func (l *Loop) Send(r StreamRef, msg []byte) bool { return l.writeStream(r, writeSend, msg, 0, "") }
 
 // Finish ends r's streaming answer with a gRPC status.
 func (l *Loop) Finish(r StreamRef, code uint32, msg string) bool {
+	return l.writeStream(r, writeEnd, nil, code, msg)
+}
+
+// streamWrite is what writeStream writes.
+type streamWrite uint8
+
+const (
+	writeAnswer streamWrite = iota // a unary answer
+	writeSend                      // a message of a streaming answer
+	writeEnd                       // the status ending a stream (h2's Fail is its Finish)
+)
+
+// writeStream writes w on r's stream, as Answer, Send, Fail and Finish
+// say.
+func (l *Loop) writeStream(r StreamRef, w streamWrite, msg []byte, code uint32, text string) bool {
 	c := l.streamConn(r)
 	if c == nil {
 		return false
 	}
 	l.outBuffer(c)
 	before := len(c.out)
-	c.out = c.h2.Finish(c.out, r.stream, code, msg)
+	switch w {
+	case writeAnswer:
+		c.out = c.h2.Answer(c.out, r.stream, msg)
+	case writeSend:
+		c.out = c.h2.Send(c.out, r.stream, msg)
+	default:
+		c.out = c.h2.Finish(c.out, r.stream, code, text)
+	}
 	l.sent(c, before)
 	return true
 }
