@@ -104,8 +104,8 @@ func (s *Service) forwardCheck(ck *grpcmsg.CheckRequest) {
 			req.Header.AddBytesKV(h.Key, bytes.Trim(h.Value, " \t"))
 		}
 	}
-	req.Header.SetBytesV(hdrOriginalMeth, ck.Method)
-	req.Header.SetBytesV(hdrOriginalURI, ck.Path)
+	req.Header.SetCanonical(hdrOriginalMeth, ck.Method)
+	req.Header.SetCanonical(hdrOriginalURI, ck.Path)
 }
 
 // headBytes is the size of the checked request's request line and headers

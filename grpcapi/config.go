@@ -119,12 +119,14 @@ type Stats struct {
 // Shared is what the shards' services share: the rules, the accounts'
 // keys and their bindings, and the reflection service.
 type Shared struct {
-	cfg     Config
-	rules   rateLimitRules
-	keys    *accountKeys
-	bearer  bool // the key header is Authorization: keys travel as Bearer
-	reflect *reflector
-	stats   *Stats
+	cfg    Config
+	rules  rateLimitRules
+	keys   *accountKeys
+	bearer bool // the key header is Authorization: keys travel as Bearer
+	// keyHeader is the key header's name in canonical form.
+	keyHeader []byte
+	reflect   *reflector
+	stats     *Stats
 }
 
 // NewShared makes what the shards' services share.
@@ -141,7 +143,8 @@ func NewShared(cfg Config) (*Shared, error) {
 		return nil, err
 	}
 	sh := &Shared{cfg: cfg, rules: rateLimitRules{domain: cfg.Domain, accountEntry: cfg.AccountEntry},
-		keys: keys, bearer: isAuthorization(cfg.KeyHeader), reflect: r, stats: cfg.Stats}
+		keys: keys, bearer: isAuthorization(cfg.KeyHeader), keyHeader: fasthttp.AppendNormalizedHeaderKey(nil, cfg.KeyHeader),
+		reflect: r, stats: cfg.Stats}
 	if sh.stats == nil {
 		sh.stats = new(Stats)
 	}

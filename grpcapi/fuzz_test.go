@@ -240,3 +240,13 @@ func TestEveryStreamGetsItsEnd(t *testing.T) {
 		t.Fatalf("a reflection stream its client reset: %q", rec.answers[7])
 	}
 }
+
+// TestHeaderNamesAreCanonical: the names the forward-auth request is built
+// with are set without normalising, so they must already be canonical.
+func TestHeaderNamesAreCanonical(t *testing.T) {
+	for _, name := range [][]byte{hdrOriginalMeth, hdrOriginalURI, hdrHitsAddend} {
+		if got := fasthttp.AppendNormalizedHeaderKeyBytes(nil, name); string(got) != string(name) {
+			t.Errorf("%q is %q in canonical form", name, got)
+		}
+	}
+}

@@ -47,10 +47,10 @@ var (
 	defaultURI    = []byte("/")
 )
 
-// check reports what is wrong with a request as a whole, before any of its
-// descriptors is decided: a request refused is refused whole, nothing
-// billed.
-func (r rateLimitRules) check(req *grpcmsg.RateLimitRequest) error {
+// check reads a request as a whole into calls, one per descriptor, or
+// reports what is wrong with it, before any of its descriptors is decided:
+// a request refused is refused whole, nothing billed.
+func (r rateLimitRules) check(req *grpcmsg.RateLimitRequest, calls *[grpcmsg.MaxDescriptors]descriptorCall) error {
 	if string(req.Domain) != r.domain {
 		return fmt.Errorf("domain %q is not served here (want %q)", req.Domain, r.domain)
 	}
@@ -58,9 +58,11 @@ func (r rateLimitRules) check(req *grpcmsg.RateLimitRequest) error {
 		return errors.New("no descriptors: want 1 to 16")
 	}
 	for i := range req.Descriptors {
-		if _, err := r.descriptor(&req.Descriptors[i], req.HitsAddend); err != nil {
+		c, err := r.descriptor(&req.Descriptors[i], req.HitsAddend)
+		if err != nil {
 			return fmt.Errorf("descriptors[%d]: %w", i, err)
 		}
+		calls[i] = c
 	}
 	return nil
 }
@@ -127,7 +129,7 @@ func (s *Service) rateLimit(ref httploop.StreamRef, msg []byte) {
 		return
 	}
 	s.rlMsg = msg
-	if err := s.sh.rules.check(&s.rl); err != nil {
+	if err := s.sh.rules.check(&s.rl, &s.calls); err != nil {
 		s.out.Fail(ref, codeInvalidArgument, "tollgated: "+err.Error())
 		return
 	}
@@ -139,15 +141,12 @@ func (s *Service) rateLimit(ref httploop.StreamRef, msg []byte) {
 	s.runDescriptors(i, sl, msg)
 }
 
-// runDescriptors decides slot i's descriptors from sl.next on, s.rl
-// holding the request decoded from msg, until one is held (postponed, or
-// waiting for its key) or all are decided and the call is answered.
+// runDescriptors decides slot i's descriptors from sl.next on, s.calls
+// holding them as read from msg, until one is held (postponed, or waiting
+// for its key) or all are decided and the call is answered.
 func (s *Service) runDescriptors(i int, sl *slot, msg []byte) {
 	for sl.next < len(s.rl.Descriptors) {
-		d, err := s.sh.rules.descriptor(&s.rl.Descriptors[sl.next], s.rl.HitsAddend)
-		if err != nil {
-			panic("grpcapi: BUG: a descriptor checked before is refused now: " + err.Error())
-		}
+		d := &s.calls[sl.next]
 		key, st := s.keys.of(d.account, s.sh.bearer)
 		switch st {
 		case keyUnknown:
@@ -163,7 +162,7 @@ func (s *Service) runDescriptors(i int, sl *slot, msg []byte) {
 			s.keys.wait(i, d.account)
 			return
 		}
-		s.forwardDescriptor(&d, key)
+		s.forwardDescriptor(d, key)
 		if s.decideIn(i, sl) {
 			s.keep(sl, msg)
 			return
@@ -208,11 +207,11 @@ func (s *Service) forwardDescriptor(d *descriptorCall, key []byte) {
 	req := &s.req
 	req.Header.SetMethod(fasthttp.MethodGet)
 	req.SetRequestURIBytes(pathAuthz)
-	req.Header.SetBytesV(hdrOriginalMeth, d.method)
-	req.Header.SetBytesV(hdrOriginalURI, d.uri)
+	req.Header.SetCanonical(hdrOriginalMeth, d.method)
+	req.Header.SetCanonical(hdrOriginalURI, d.uri)
 	s.buf = strconv.AppendUint(s.buf[:0], d.hits, 10)
-	req.Header.SetBytesV(hdrHitsAddend, s.buf)
-	req.Header.SetBytesV(s.sh.cfg.KeyHeader, key)
+	req.Header.SetCanonical(hdrHitsAddend, s.buf)
+	req.Header.SetCanonical(s.sh.keyHeader, key)
 }
 
 // descriptorDone reads the shard's answer to slot i's current descriptor
@@ -224,7 +223,7 @@ func (s *Service) descriptorDone(i int, sl *slot) bool {
 	resp := &sl.resp
 	switch resp.StatusCode() {
 	case fasthttp.StatusUnauthorized:
-		d, _ := s.sh.rules.descriptor(&s.rl.Descriptors[sl.next], s.rl.HitsAddend)
+		d := &s.calls[sl.next]
 		if s.keys.fresh(d.account) {
 			s.keep(sl, s.rlMsg)
 			sl.state, sl.since = slotKey, s.now

@@ -2,12 +2,14 @@ package grpcapi
 
 // The forward-auth call a decision is asked as: /v1/authz in the shape
 // nginx uses, the original method and URI in X-Original-* headers (any
-// method, CONNECT too), as the shard reads an HTTP forward-auth call.
+// method, CONNECT too), as the shard reads an HTTP forward-auth call. The
+// names are in fasthttp's canonical form, so they are set as they are
+// (RequestHeader.SetCanonical) instead of normalised on every call.
 var (
 	pathAuthz       = []byte("/v1/authz")
-	hdrOriginalMeth = "X-Original-Method"
-	hdrOriginalURI  = "X-Original-URI"
-	hdrHitsAddend   = "Hits-Addend"
+	hdrOriginalMeth = []byte("X-Original-Method")
+	hdrOriginalURI  = []byte("X-Original-Uri")
+	hdrHitsAddend   = []byte("Hits-Addend")
 )
 
 // isToken reports whether s is an HTTP token (RFC 9110), as header names

@@ -33,7 +33,8 @@ type Service struct {
 	watches watches
 
 	rl    grpcmsg.RateLimitRequest
-	rlMsg []byte // the message rl was decoded from
+	rlMsg []byte                                 // the message rl was decoded from
+	calls [grpcmsg.MaxDescriptors]descriptorCall // rl's descriptors, read
 	ck    grpcmsg.CheckRequest
 	ready []int // slots whose key wait ended
 
@@ -140,10 +141,7 @@ func (s *Service) resume(i int) {
 	sl := s.slots.all[i]
 	switch sl.method {
 	case methodShouldRateLimit:
-		if err := s.rl.Decode(sl.msg); err != nil {
-			panic("grpcapi: BUG: a held rate-limit request no longer decodes: " + err.Error())
-		}
-		s.rlMsg = sl.msg
+		s.reread(sl)
 		if s.descriptorDone(i, sl) {
 			s.runDescriptors(i, sl, sl.msg)
 		}
@@ -152,6 +150,19 @@ func (s *Service) resume(i int) {
 	default:
 		panic("grpcapi: BUG: a held call of a method that is never held")
 	}
+}
+
+// reread reads a held rate-limit call's request again from its slot, as
+// it was read when the call arrived.
+func (s *Service) reread(sl *slot) {
+	err := s.rl.Decode(sl.msg)
+	if err == nil {
+		err = s.sh.rules.check(&s.rl, &s.calls)
+	}
+	if err != nil {
+		panic("grpcapi: BUG: a held rate-limit request is no longer read as it was: " + err.Error())
+	}
+	s.rlMsg = sl.msg
 }
 
 // decideIn runs the shard over s.req for slot i, its answer in the
@@ -212,10 +223,7 @@ func (s *Service) pollKeys(now int64) {
 			panic("grpcapi: BUG: a key waiter's slot is not waiting for a key")
 		}
 		sl.state = slotRunning
-		if err := s.rl.Decode(sl.msg); err != nil {
-			panic("grpcapi: BUG: a held rate-limit request no longer decodes: " + err.Error())
-		}
-		s.rlMsg = sl.msg
+		s.reread(sl)
 		s.runDescriptors(i, sl, sl.msg)
 	}
 }
