@@ -2,6 +2,7 @@ package grpcapi
 
 import (
 	"fmt"
+	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -26,7 +27,10 @@ const (
 )
 
 const (
-	watchEvery = int64(250e6)
+	// watchEvery is a little under the loop's default idle tick, so each
+	// idle wake-up looks: a change is sent within about a second, and a
+	// daemon watched by a gateway still sleeps.
+	watchEvery = int64(900 * time.Millisecond)
 	// maxWatches bounds the streams one shard keeps open (watches and
 	// reflection streams); one more is refused RESOURCE_EXHAUSTED.
 	maxWatches = 1024 // with the reflection streams

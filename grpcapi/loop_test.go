@@ -67,6 +67,8 @@ type harness struct {
 	// all at once after release.
 	later   []*postponed
 	release atomic.Bool
+	// quiet is what the loop last heard from Quiet.
+	quiet atomic.Bool
 }
 
 type postponed struct {
@@ -143,7 +145,11 @@ func serve(t *testing.T, dataPlane http.Handler, o options) (*grpc.ClientConn, *
 			h.completeDue(now)
 			h.svc.Tick(now)
 		},
-		Quiet:   func() bool { return len(h.later) == 0 && h.svc.Quiet() },
+		Quiet: func() bool {
+			q := len(h.later) == 0 && h.svc.Quiet()
+			h.quiet.Store(q)
+			return q
+		},
 		Holding: func() bool { return h.svc.Holding() },
 		OnDrain: func() { h.svc.Drain() },
 	}

@@ -487,7 +487,8 @@ func TestAnOversizedMessageIsRefused(t *testing.T) {
 
 // TestHealthIsReadiness: Check answers what ready says, per service, and
 // NOT_FOUND for a service not served; a Watch gets the status, each
-// change, and NOT_SERVING and its end when the loop drains.
+// change, and NOT_SERVING and its end when the loop drains. An open Watch
+// lets the loop sleep its idle tick.
 func TestHealthIsReadiness(t *testing.T) {
 	var ready atomic.Bool
 	conn, h := serve(t, quota(1), options{ready: ready.Load})
@@ -517,6 +518,8 @@ func TestHealthIsReadiness(t *testing.T) {
 		}
 	}
 	next(healthpb.HealthCheckResponse_SERVING)
+	h.quiet.Store(false)
+	await.True(t, "the loop is quiet with a watch open", h.quiet.Load)
 	ready.Store(false)
 	next(healthpb.HealthCheckResponse_NOT_SERVING)
 	ready.Store(true)
