@@ -56,8 +56,9 @@ var (
 	descLatency     = desc("request_duration_seconds", "Data-plane answers by route: from the shard loop's wake-up that read the request to its answer being ready (after durability, funding waits and forwarding).", "route")
 	descUntimed     = desc("request_duration_untimed_total", "Postponed data-plane answers left out of tollgated_request_duration_seconds because their timing slot was reused first.")
 
-	descGRPCHeld    = desc("grpc_held", "gRPC calls the shards hold now, waiting for the disk, funding or an account's key (at most --grpc-max-held per shard).")
-	descGRPCRefused = desc("grpc_refused_total", "gRPC calls given no decision, by reason: busy (the shard held --grpc-max-held calls: RESOURCE_EXHAUSTED, nothing decided), no_answer (held past the answer timeout: answered as a 504 answer-timeout, outcome unknown).", "reason")
+	descGRPCHeld      = desc("grpc_held", "gRPC calls the shards hold now, waiting for the disk, funding or an account's key (at most --grpc-max-held per shard).")
+	descGRPCAbandoned = desc("grpc_abandoned_total", "Held gRPC calls whose client reset the stream or closed its connection before the answer (a gateway's timeout): one still waiting for funding or its account's key is dropped with nothing decided or billed, as an HTTP request whose client left.")
+	descGRPCRefused   = desc("grpc_refused_total", "gRPC calls given no decision, by reason: busy (the shard held --grpc-max-held calls: RESOURCE_EXHAUSTED, nothing decided), no_answer (held past the answer timeout: answered as a 504 answer-timeout, outcome unknown).", "reason")
 
 	descInternal = desc("internal_errors_total", "Requests answered 500 internal: a panic recovered while decoding one (the first per shard is logged with its stack). Anything but 0 is a bug.")
 	// The platform routes (seed 000). An agent admits on every answer
@@ -127,6 +128,7 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		}{{"busy", g.Busy.Load()}, {"no_answer", g.NoAnswer.Load()}} {
 			counter(ch, descGRPCRefused, float64(r.n), r.name)
 		}
+		counter(ch, descGRPCAbandoned, float64(g.Abandoned.Load()))
 	}
 	collectLatency(ch, d.node)
 	for i, s := range d.node.Stats() {

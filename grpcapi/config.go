@@ -37,6 +37,7 @@ var Methods = []string{
 // gRPC status codes the services answer with.
 const (
 	codeOK                = 0
+	codeCancelled         = 1
 	codeInvalidArgument   = 3
 	codeNotFound          = 5
 	codePermissionDenied  = 7
@@ -112,8 +113,9 @@ type Stats struct {
 	// Held counts the calls held now, on every shard.
 	Held atomic.Int64
 	// Busy: refused because a shard held MaxHeld calls; NoAnswer:
-	// answered 504 after AnswerTimeout (outcome unknown).
-	Busy, NoAnswer atomic.Uint64
+	// answered 504 after AnswerTimeout (outcome unknown); Abandoned: held
+	// calls whose client reset the stream or closed the connection first.
+	Busy, NoAnswer, Abandoned atomic.Uint64
 }
 
 // Shared is what the shards' services share: the rules, the accounts'

@@ -112,11 +112,13 @@ func TestADecisionAllocatesNothing(t *testing.T) {
 // admit, refuse, refuse the descriptor's path (400), not know the key
 // (401), or postpone (completed by the target).
 type fuzzShard struct {
-	mode    byte
-	tickets []uint64
+	mode      byte
+	tickets   []uint64
+	decisions int
 }
 
 func (f *fuzzShard) decide(req *fasthttp.Request, resp *fasthttp.Response, postpone func() uint64) {
+	f.decisions++
 	// What reaches a shard is a request as decoded: every field an HTTP
 	// token with a value no control byte ends early.
 	for k, v := range req.Header.All() {
@@ -145,11 +147,42 @@ func (f *fuzzShard) decide(req *fasthttp.Request, resp *fasthttp.Response, postp
 // fuzzCall drives one call of method through a Service: whatever the
 // message, the call is answered exactly once (a panic in recorder
 // otherwise), postponed decisions included, and every slot is free after.
+// With mode's top bit, the client resets its stream once the call is held:
+// nothing more is decided for it, whether the shard's decision comes
+// before the loop looks again (mode's next bit) or after.
 func fuzzCall(t *testing.T, method int, mode byte, msg []byte) {
-	rec := &recorder{answers: map[uint32]string{}}
+	rec := &recorder{answers: map[uint32]string{}, dead: map[uint32]bool{}}
 	f := &fuzzShard{mode: mode}
 	s := unitService(t, rec, f.decide)
 	s.Handle(&httploop.StreamCtx{Event: h2.Message, Ref: httploop.DetachedStreamRef(1), Request: &h2.Request{Stream: 1, Method: method, Message: msg, EndStream: true}})
+	if mode&0x80 != 0 && (len(f.tickets) > 0 || s.keys.waiting > 0) {
+		rec.dead[1] = true
+		for _, tk := range f.tickets {
+			if s.Pending(tk) {
+				t.Fatal("a decision is pending for a call whose client left")
+			}
+		}
+		decided, owed := f.decisions, f.tickets
+		f.tickets = nil
+		if mode&0x40 != 0 {
+			for _, tk := range owed {
+				s.Complete(tk, func(r *fasthttp.Response) { admitAll(nil, r, nil) })
+			}
+			owed = nil
+		}
+		s.Tick(sweepEvery)
+		for _, tk := range owed {
+			if s.Complete(tk, func(r *fasthttp.Response) { admitAll(nil, r, nil) }) {
+				t.Fatal("a decision was taken for a call whose client left")
+			}
+		}
+		if f.decisions != decided || len(f.tickets) != 0 {
+			t.Fatalf("%d more decisions for a call whose client left", f.decisions-decided)
+		}
+		if s.sh.stats.Abandoned.Load() != 1 {
+			t.Fatalf("%d calls abandoned", s.sh.stats.Abandoned.Load())
+		}
+	}
 	for i := 0; len(f.tickets) > 0; i++ {
 		if i > 64 {
 			t.Fatal("postponed decisions go on without end")
@@ -187,6 +220,10 @@ func fuzzCall(t *testing.T, method int, mode byte, msg []byte) {
 func FuzzShouldRateLimitCall(f *testing.F) {
 	f.Add(byte(0), envoyRateLimit())
 	f.Add(byte(4), envoyRateLimit())
+	f.Add(byte(0x81), envoyRateLimit()) // held (0x81 % 5 == 4), then its client leaves
+	fresh, _ := proto.Marshal(&rlsv3.RateLimitRequest{Domain: "tollgated", Descriptors: []*rlcommon.RateLimitDescriptor{
+		{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "account", Value: "fresh"}}}}})
+	f.Add(byte(0x80), fresh) // waiting for its key to be bound, then its client leaves
 	b, _ := proto.Marshal(&rlsv3.RateLimitRequest{Domain: "tollgated", HitsAddend: 3, Descriptors: []*rlcommon.RateLimitDescriptor{
 		{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "account", Value: "acme"}, {Key: "method", Value: "POST"}}},
 		{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "account", Value: "ghost"}}},
@@ -194,6 +231,7 @@ func FuzzShouldRateLimitCall(f *testing.F) {
 	for m := range byte(5) {
 		f.Add(m, b)
 	}
+	f.Add(byte(0xc2), b) // held (0xc2 % 5 == 4), its client leaves, its decision comes: no next descriptor
 	f.Add(byte(1), []byte(strings.Repeat("\x12\x00", 20)))
 	f.Fuzz(func(t *testing.T, mode byte, msg []byte) { fuzzCall(t, methodShouldRateLimit, mode, msg) })
 }
@@ -203,6 +241,7 @@ func FuzzCheckCall(f *testing.F) {
 		f.Add(m, envoyCheck())
 	}
 	f.Add(byte(0), []byte{0x0a, 0x02, 0x22, 0x00})
+	f.Add(byte(0x81), envoyCheck()) // held, then its client leaves
 	f.Fuzz(func(t *testing.T, mode byte, msg []byte) { fuzzCall(t, methodCheck, mode, msg) })
 }
 

@@ -37,10 +37,11 @@ const hdrPostpone = "X-Test-Postpone"
 type countingBinder struct {
 	binds atomic.Int32
 	gate  chan struct{}
+	gated core.AccountID // the one account gate holds back; empty: all
 }
 
 func (b *countingBinder) BindInstalledKey(_ credential.Digest, id core.AccountID) error {
-	if b.gate != nil {
+	if b.gate != nil && (b.gated == "" || id == b.gated) {
 		<-b.gate
 	}
 	if id == "ghost" {
@@ -69,6 +70,9 @@ type harness struct {
 	release atomic.Bool
 	// quiet is what the loop last heard from Quiet.
 	quiet atomic.Bool
+	// dropped counts postponed decisions dropped, as a shard drops a
+	// funding waiter, because Pending said their call was gone.
+	dropped atomic.Int32
 }
 
 type postponed struct {
@@ -187,6 +191,10 @@ func (h *harness) completeDue(now int64) {
 	list := h.later
 	h.later = nil // a completion's next decision may postpone again
 	for _, p := range list {
+		if !h.svc.Pending(p.ticket) {
+			h.dropped.Add(1)
+			continue
+		}
 		if now < p.due && !h.release.Load() {
 			h.later = append(h.later, p)
 			continue

@@ -123,8 +123,14 @@ func (s *Service) Complete(ticket uint64, fill func(*fasthttp.Response)) bool {
 }
 
 // Pending reports whether ticket names a call still waiting for its
-// decision.
-func (s *Service) Pending(ticket uint64) bool { return s.slots.byTicket(ticket) >= 0 }
+// decision, on a stream its client has not reset or closed. A shard holding
+// a request for funding drops it unbilled when it is not, as it drops an
+// HTTP request whose client left: the gateway has given up (and, failing
+// closed, not run the work), so billing it would charge for nothing.
+func (s *Service) Pending(ticket uint64) bool {
+	i := s.slots.byTicket(ticket)
+	return i >= 0 && s.out.StreamLive(s.slots.all[i].ref)
+}
 
 // carryOn continues the calls whose decisions were completed while
 // another was being made.
@@ -136,9 +142,14 @@ func (s *Service) carryOn() {
 	}
 }
 
-// resume continues slot i, whose decision is in its resp.
+// resume continues slot i, whose decision is in its resp, unless its
+// client has left: then no further descriptor is decided for it.
 func (s *Service) resume(i int) {
 	sl := s.slots.all[i]
+	if !s.out.StreamLive(sl.ref) {
+		s.abandon(i, sl)
+		return
+	}
 	switch sl.method {
 	case methodShouldRateLimit:
 		s.reread(sl)
@@ -198,6 +209,9 @@ func (s *Service) sweep(now int64) {
 	s.slots.sweepAt = now + sweepEvery
 	for i, sl := range s.slots.all {
 		switch {
+		case sl.state != slotDeciding && sl.state != slotKey:
+		case !s.out.StreamLive(sl.ref):
+			s.abandon(i, sl)
 		case now-sl.since <= s.sh.cfg.AnswerTimeout:
 		case sl.state == slotDeciding:
 			s.sh.stats.NoAnswer.Add(1)
@@ -208,6 +222,21 @@ func (s *Service) sweep(now int64) {
 			s.finish(i, sl, codeUnavailable, "tollgated: the account's key was not bound in time; nothing was decided")
 		}
 	}
+}
+
+// abandon frees slot i, held for a call whose client has reset its stream
+// or closed its connection: nothing more is decided for it, and its end
+// writes nothing. A decision the shard still owes it finds its ticket
+// stale.
+func (s *Service) abandon(i int, sl *slot) {
+	switch sl.state {
+	case slotDeciding:
+		s.slots.decided(i)
+	case slotKey:
+		s.keys.drop(i)
+	}
+	s.sh.stats.Abandoned.Add(1)
+	s.finish(i, sl, codeCancelled, "")
 }
 
 // pollKeys carries on the descriptors whose key has been bound, or whose
@@ -221,6 +250,10 @@ func (s *Service) pollKeys(now int64) {
 		sl := s.slots.all[i]
 		if sl.state != slotKey {
 			panic("grpcapi: BUG: a key waiter's slot is not waiting for a key")
+		}
+		if !s.out.StreamLive(sl.ref) {
+			s.abandon(i, sl)
+			continue
 		}
 		sl.state = slotRunning
 		s.reread(sl)

@@ -272,6 +272,42 @@ func TestAnAnswerThatNeverComesTimesOut(t *testing.T) {
 	}
 }
 
+// TestACallWhoseClientLeftIsDropped: a held call whose client resets its
+// stream (a gateway's timeout) is dropped long before the answer timeout.
+// The shard hears at once that its decision is no longer pending (so a
+// funding waiter is never billed), the call's next descriptor is never
+// decided, and a call waiting for its account's key decides nothing.
+func TestACallWhoseClientLeftIsDropped(t *testing.T) {
+	b := &countingBinder{gate: make(chan struct{}), gated: "unbound"}
+	t.Cleanup(func() { close(b.gate) })
+	conn, h := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(hdrPostpone, "1h")
+	}), options{binder: b, cfg: func(c *Config) { c.AnswerTimeout = int64(time.Minute) }})
+	rls := rlsv3.NewRateLimitServiceClient(conn)
+	leave := func(d ...*rlcommon.RateLimitDescriptor) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		if r, err := rls.ShouldRateLimit(ctx, rateLimit(d...)); status.Code(err) != codes.DeadlineExceeded {
+			t.Fatalf("a call held past its deadline: %v %v", r, err)
+		}
+	}
+	leave(descriptor("account", "a"), descriptor("account", "b"))
+	await.True(t, "the postponed decision is dropped", func() bool { return h.dropped.Load() == 1 })
+	leave(descriptor("account", "unbound"))
+	await.True(t, "both calls are abandoned", func() bool { return h.stats.Abandoned.Load() == 2 })
+	if n := h.decisions.Load(); n != 1 {
+		t.Fatalf("%d decisions, want 1: the first descriptor's", n)
+	}
+	if h.stats.Held.Load() != 0 || h.stats.NoAnswer.Load() != 0 {
+		t.Fatalf("held %d, no_answer %d", h.stats.Held.Load(), h.stats.NoAnswer.Load())
+	}
+	// The slots are free: a new call is served.
+	if _, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestAnAccountKeyIsBoundOnceAndAwaited: the first call for an account
 // waits, held, while its key is bound (the loop goes on serving), and
 // shards that have not applied the binding yet (401) are asked again;

@@ -177,7 +177,7 @@ func TestGRPCRateLimitServiceAdmitsWithinTheBurstThenRefuses(t *testing.T) {
 	// The services' series are exported, with nothing held or refused here.
 	metrics := p.scrape()
 	for _, series := range []string{"tollgated_grpc_held 0", `tollgated_grpc_refused_total{reason="busy"} 0`,
-		`tollgated_grpc_refused_total{reason="no_answer"} 0`} {
+		`tollgated_grpc_refused_total{reason="no_answer"} 0`, "tollgated_grpc_abandoned_total 0"} {
 		if !strings.Contains(metrics, "\n"+series+"\n") {
 			t.Errorf("metrics lack %q", series)
 		}
