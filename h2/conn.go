@@ -74,7 +74,8 @@ type Conn struct {
 	sawSettings bool // the client's first SETTINGS arrived
 	dead        bool // Closing was returned
 	lastID      uint32
-	goawaySent  bool
+	goawayFirst bool // a drain's first GOAWAY and its PING are out
+	goawaySent  bool // the final GOAWAY is out: no new stream is taken
 	goawayRecv  bool
 
 	// Flow control. recvWin is what the client may still send on the
@@ -253,14 +254,35 @@ func (c *Conn) Live(id uint32) bool {
 	return i >= 0 && c.streams[i].live()
 }
 
-// GoAway starts a graceful drain: it appends GOAWAY(NO_ERROR) naming the
-// last stream seen. Streams opened later are refused; once no stream is
-// left, Step returns Closing (the loop may call Step with no input to
-// learn it after answering the last one).
+// GoAway drains the connection gracefully, in two steps (§6.8). Its first
+// call appends GOAWAY(NO_ERROR) naming the largest stream id, so that the
+// client opens no more streams here, and a PING: streams the client sent
+// before it read the GOAWAY are still taken, not refused (a gateway that
+// fails closed would deny the request behind a refused call). When the
+// PING's ACK comes back, the final GOAWAY names the last stream seen and
+// later streams are refused; a second call sends it at once, for a client
+// that never answers. Once no stream is left after the final GOAWAY, Step
+// returns Closing (the loop may call Step with no input to learn it after
+// answering the last one).
 func (c *Conn) GoAway(out []byte) []byte {
-	if c.dead || c.goawaySent {
+	switch {
+	case c.dead || c.goawaySent:
 		return out
+	case !c.goawayFirst:
+		c.goawayFirst = true
+		out = appendGoAway(out, maxStreamID, errCodeNo)
+		out = appendFrameHeader(out, 8, framePing, 0, 0)
+		return append(out, drainPing...)
+	default:
+		return c.finalGoAway(out)
 	}
+}
+
+// Refusing reports whether the final GOAWAY is out: the connection takes
+// no new stream and closes once its streams are done.
+func (c *Conn) Refusing() bool { return c.goawaySent || c.dead }
+
+func (c *Conn) finalGoAway(out []byte) []byte {
 	c.goawaySent = true
 	return appendGoAway(out, c.lastID, errCodeNo)
 }
@@ -351,8 +373,7 @@ func (c *Conn) drained() bool {
 		return false
 	}
 	if !c.goawaySent {
-		c.goawaySent = true
-		c.out = appendGoAway(c.out, c.lastID, errCodeNo)
+		c.out = c.finalGoAway(c.out)
 	}
 	c.dead = true
 	return true

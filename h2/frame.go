@@ -10,9 +10,13 @@ const (
 
 	defaultWindow = 65535     // every window's initial size (§6.9.2)
 	maxWindow     = 1<<31 - 1 // the largest window (§6.9.1)
+	maxStreamID   = 1<<31 - 1 // a drain's first GOAWAY names it (§6.8)
 	maxFrameLimit = 1<<24 - 1 // the largest SETTINGS_MAX_FRAME_SIZE (§6.5.2)
 
 	clientPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+	// drainPing is the payload of the PING a drain sends after its first
+	// GOAWAY; its ACK tells that the client has read the GOAWAY.
+	drainPing = "tg-drain"
 )
 
 // Frame types (§6).

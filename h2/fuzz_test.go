@@ -38,13 +38,15 @@ func fuzzConfig() *Config {
 
 // FuzzConn feeds arbitrary bytes after a valid preface, in random
 // chunks, answering every event at once (one in five at the next
-// NeedMore instead), and checks that nothing panics, the stream count and
+// NeedMore instead), draining at a random point for some chunkings (and
+// for some, forcing the final GOAWAY later), and checks that nothing panics, the stream count and
 // held bytes stay bounded, the invariants hold after every call, and the
 // output stays within maxOutPerIn of the input.
 func FuzzConn(f *testing.F) {
 	for _, seed := range fuzzSeeds(f) {
 		f.Add(uint64(1), seed)
-		f.Add(uint64(7), seed)
+		f.Add(uint64(3), seed) // drains
+		f.Add(uint64(7), seed) // drains, then forces the final GOAWAY
 	}
 	c := NewConn(fuzzConfig())
 	f.Fuzz(func(t *testing.T, chunking uint64, data []byte) {
@@ -75,6 +77,14 @@ func runConn(t *testing.T, c *Conn, chunking uint64, input []byte) {
 	var in []byte
 	var held []uint32 // streams answered at the next NeedMore
 	answer := 0
+	// GoAway's first call when this much is fed, its second at force.
+	drain, force := -1, -1
+	if chunking&2 != 0 {
+		drain = rng.IntN(len(input) + 1)
+		if chunking&4 != 0 {
+			force = drain + rng.IntN(len(input)+1)
+		}
+	}
 	for len(input) > 0 {
 		k := min(len(input), 1+rng.IntN(MinInputBytes))
 		if rng.IntN(4) == 0 {
@@ -83,6 +93,13 @@ func runConn(t *testing.T, c *Conn, chunking uint64, input []byte) {
 		in = append(in, input[:k]...)
 		input = input[k:]
 		fed += k
+		for _, at := range [...]*int{&drain, &force} {
+			if *at >= 0 && fed >= *at {
+				*at = -1
+				out = c.GoAway(out[:0])
+				account(out)
+			}
+		}
 		for {
 			n, o, ev := c.Step(in, out[:0])
 			if n < 0 || n > len(in) {
@@ -167,6 +184,13 @@ func fuzzSeeds(t testing.TB) [][]byte {
 		must(t, p.fr.WriteWindowUpdate(0, 50))
 		must(t, p.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1000}))
 		must(t, p.fr.WritePriority(1, http2.PriorityParam{StreamDep: 1}))
+	})
+	framed(func(p *peer) {
+		// Streams around a server drain's PING ACK (runConn calls GoAway).
+		p.unary(1, "/test.Echo/Unary", nil)
+		must(t, p.fr.WritePing(true, [8]byte([]byte(drainPing))))
+		p.unary(3, "/test.Echo/Unary", nil)
+		must(t, p.fr.WritePing(true, [8]byte([]byte(drainPing))))
 	})
 	framed(func(p *peer) {
 		for id := uint32(1); id < 40; id += 2 {

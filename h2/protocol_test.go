@@ -853,6 +853,11 @@ func TestClientResetDropsHeld(t *testing.T) {
 	}
 }
 
+// TestServerGoAway: a drain's first GOAWAY names the largest stream id
+// and comes with a PING; a stream the client opened before reading it is
+// taken. The PING's ACK brings the final GOAWAY, naming the last stream
+// seen; a stream opened after it is refused, and the connection closes
+// once its streams are answered.
 func TestServerGoAway(t *testing.T) {
 	p := newPeer(t, testConfig())
 	p.handshake()
@@ -860,26 +865,60 @@ func TestServerGoAway(t *testing.T) {
 	p.unary(3, "/test.Echo/Hold", nil)
 	p.pump()
 	p.out = p.c.GoAway(p.out)
-	fs := p.expect("GOAWAY(NO_ERROR)")
-	if fs[0].last != 3 {
-		t.Fatalf("last stream %d", fs[0].last)
+	fs := p.expect("GOAWAY(NO_ERROR)", "PING")
+	if fs[0].last != 1<<31-1 || fs[1].flags&flagAck != 0 || p.c.Refusing() {
+		t.Fatalf("first GOAWAY names %d; PING flags %x; refusing %v", fs[0].last, fs[1].flags, p.c.Refusing())
 	}
-	p.unary(5, "/test.Echo/Hold", nil)
+	p.unary(5, "/test.Echo/Hold", nil) // sent before the client read the GOAWAY
+	if evs := p.pump(); len(evs) != 1 || p.closed {
+		t.Fatalf("a stream racing the first GOAWAY: %v, closed %v", evs, p.closed)
+	}
+	must(t, p.fr.WritePing(true, [8]byte(fs[1].data)))
+	p.pump()
+	if fs := p.expect("GOAWAY(NO_ERROR)"); fs[0].last != 5 || !p.c.Refusing() {
+		t.Fatalf("final GOAWAY names %d", fs[0].last)
+	}
+	p.unary(7, "/test.Echo/Hold", nil)
 	if evs := p.pump(); len(evs) != 0 || p.closed {
-		t.Fatal("new stream taken")
+		t.Fatal("a stream after the final GOAWAY was taken")
 	}
 	p.expect("RST_STREAM(REFUSED_STREAM)")
-	p.out = p.c.Answer(p.out, 1, nil)
-	p.pump()
-	if p.closed {
-		t.Fatal("closed with a stream left")
+	for _, id := range []uint32{1, 3} {
+		p.out = p.c.Answer(p.out, id, nil)
+		p.pump()
+		if p.closed {
+			t.Fatal("closed with a stream left")
+		}
 	}
-	p.out = p.c.Answer(p.out, 3, nil)
+	p.out = p.c.Answer(p.out, 5, nil)
 	p.pump()
 	if !p.closed {
 		t.Fatal("not closed once drained")
 	}
-	p.expect("HEADERS", "DATA", "HEADERS", "HEADERS", "DATA", "HEADERS")
+	p.expect("HEADERS", "DATA", "HEADERS", "HEADERS", "DATA", "HEADERS", "HEADERS", "DATA", "HEADERS")
+}
+
+// TestServerGoAwayWithoutAnAck: a client that never answers the drain's
+// PING gets the final GOAWAY on GoAway's second call; an idle connection
+// then closes. A PING ACK of another payload changes nothing.
+func TestServerGoAwayWithoutAnAck(t *testing.T) {
+	p := newPeer(t, testConfig())
+	p.handshake()
+	p.out = p.c.GoAway(p.out)
+	p.expect("GOAWAY(NO_ERROR)", "PING")
+	must(t, p.fr.WritePing(true, [8]byte{1, 2, 3}))
+	p.pump()
+	if p.closed || p.c.Refusing() {
+		t.Fatal("an ACK of another PING ended the drain's first step")
+	}
+	p.out = p.c.GoAway(p.out)
+	p.pump()
+	if fs := p.expect("GOAWAY(NO_ERROR)"); fs[0].last != 0 || !p.closed {
+		t.Fatalf("final GOAWAY names %d; closed %v", fs[0].last, p.closed)
+	}
+	if out := p.c.GoAway(nil); len(out) != 0 {
+		t.Fatal("a third GoAway wrote")
+	}
 }
 
 func TestClientGoAway(t *testing.T) {

@@ -532,6 +532,10 @@ func (c *Conn) onPing(h header, p []byte) {
 	case !h.has(flagAck):
 		c.out = appendFrameHeader(c.out, 8, framePing, flagAck, 0)
 		c.out = append(c.out, p...)
+	case c.goawayFirst && !c.goawaySent && string(p) == drainPing:
+		// The client has read the first GOAWAY: whatever it opens
+		// from now on, it opens knowing it will be refused.
+		c.out = c.finalGoAway(c.out)
 	}
 }
 

@@ -37,17 +37,18 @@ type conn struct {
 	deferMode answer // how to write it
 
 	open       bool
-	readable   bool // no read since the last readiness edge ended in EAGAIN: input may be waiting
-	rdhup      bool // the peer has shut its side; read until EOF
-	peerDone   bool // read returned EOF
-	waiting    bool // a deferred answer is outstanding; nothing after it is dispatched
-	closeAfter bool // close once the output is written
-	lingering  bool // our side is shut; waiting for the peer's FIN
-	queued     bool // in the ready list
-	sendQueued bool // in the send list: its output goes out with the iteration's batch
-	full       bool // a write found the socket full; until EPOLLOUT, output is written, not batched
-	continued  bool // 100 Continue sent for the current request
-	goingAway  bool // gRPC: the drain's GOAWAY is sent
+	readable   bool  // no read since the last readiness edge ended in EAGAIN: input may be waiting
+	rdhup      bool  // the peer has shut its side; read until EOF
+	peerDone   bool  // read returned EOF
+	waiting    bool  // a deferred answer is outstanding; nothing after it is dispatched
+	closeAfter bool  // close once the output is written
+	lingering  bool  // our side is shut; waiting for the peer's FIN
+	queued     bool  // in the ready list
+	sendQueued bool  // in the send list: its output goes out with the iteration's batch
+	full       bool  // a write found the socket full; until EPOLLOUT, output is written, not batched
+	continued  bool  // 100 Continue sent for the current request
+	goingAway  bool  // gRPC: the drain's first GOAWAY is sent
+	goAwayAt   int64 // when
 	closeWhy   CloseReason
 
 	// h2 frames a gRPC connection's input (grpc.go); nil on HTTP/1.1
@@ -128,9 +129,10 @@ func (l *Loop) settle(c *conn) {
 		l.bufs.put(c.in)
 		c.in, c.r = nil, 0
 		c.reqStart = 0
-		// A gRPC connection stays while its streams wait for answers;
-		// the last answer's pump closes it.
-		if l.draining && (c.h2 == nil || c.h2.Streams() == 0) {
+		// A gRPC connection stays until its final GOAWAY is out and its
+		// streams are answered: h2 then reports Closing, and the last
+		// answer's pump closes it.
+		if l.draining && (c.h2 == nil || c.h2.Refusing() && c.h2.Streams() == 0) {
 			l.close(c, CloseDrain)
 		}
 	}

@@ -4,6 +4,7 @@ package httploop
 
 import (
 	"errors"
+	"time"
 
 	"github.com/tollgated/tollgated/h2"
 )
@@ -137,12 +138,8 @@ func (l *Loop) outBuffer(c *conn) {
 // as serve does, whether it stopped because c's output is above
 // MaxOutput. Like serve it does no I/O.
 func (l *Loop) serveGRPC(c *conn) (capped bool) {
-	if l.draining && !c.goingAway {
-		c.goingAway = true
-		l.outBuffer(c)
-		before := len(c.out)
-		c.out = c.h2.GoAway(c.out)
-		l.sent(c, before)
+	if l.draining {
+		l.goAway(c)
 	}
 	for c.open && !c.closeAfter {
 		if c.pending() > l.cfg.MaxOutput {
@@ -184,6 +181,26 @@ func (l *Loop) serveGRPC(c *conn) (capped bool) {
 		}
 	}
 	return false
+}
+
+// goAwayGrace is how long a drain waits for a client to acknowledge its
+// first GOAWAY (h2.Conn.GoAway's PING) before sending the final one anyway.
+const goAwayGrace = int64(time.Second)
+
+// goAway drains c in h2.Conn.GoAway's two steps: the first GOAWAY when the
+// drain reaches c, the final one goAwayGrace later unless the client's
+// ACK has brought it meanwhile.
+func (l *Loop) goAway(c *conn) {
+	switch {
+	case !c.goingAway:
+		c.goingAway, c.goAwayAt = true, l.now
+	case c.h2.Refusing() || l.now-c.goAwayAt < goAwayGrace:
+		return
+	}
+	l.outBuffer(c)
+	before := len(c.out)
+	c.out = c.h2.GoAway(c.out)
+	l.sent(c, before)
 }
 
 // dispatchStream runs the gRPC handler over the event Step just returned.
@@ -290,6 +307,8 @@ func (l *Loop) checkGRPC(c *conn) {
 	switch {
 	case c.closeAfter:
 		return
+	case c.goingAway && !c.h2.Refusing() && now-c.goAwayAt >= goAwayGrace:
+		l.queue(c) // the client has not acknowledged the first GOAWAY
 	case c.reqStart != 0 && now-c.reqStart >= int64(l.cfg.BodyTimeout):
 		l.close(c, CloseReadTimeout)
 	case c.pending() == 0 && now-c.lastActive >= int64(l.cfg.IdleTimeout):

@@ -4,13 +4,17 @@ package httploop
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"sync"
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -206,4 +210,99 @@ func TestGRPCDrainAnswersHeldCallsThenCloses(t *testing.T) {
 	if err := g.wait(5 * time.Second); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestGRPCDrainGoesAwayInTwoSteps: over a raw HTTP/2 client, a drain's
+// first GOAWAY names the largest stream id and comes with a PING; a call
+// the client opens before it has read it is answered, not refused. The
+// final GOAWAY names that call and closes the connection: at once when
+// the client acknowledges the PING, after goAwayGrace when it does not.
+func TestGRPCDrainGoesAwayInTwoSteps(t *testing.T) {
+	for _, ack := range []bool{true, false} {
+		t.Run(map[bool]string{true: "acknowledged", false: "silent"}[ack], func(t *testing.T) {
+			g := startGRPC(t, Config{}, 0)
+			nc := dial(t, g.gaddr)
+			nc.SetDeadline(time.Now().Add(10 * time.Second))
+			fr := http2.NewFramer(nc, nc)
+			write(t, nc, http2.ClientPreface)
+			if err := fr.WriteSettings(); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := readFrame(t, fr).(*http2.SettingsFrame); !ok { // the loop serves the connection
+				t.Fatal("the server's first frame is not its SETTINGS")
+			}
+			g.Drain(time.Now().Add(10 * time.Second))
+			var ping [8]byte
+			for f := readFrame(t, fr); ; f = readFrame(t, fr) {
+				if ga, ok := f.(*http2.GoAwayFrame); ok {
+					if ga.LastStreamID != 1<<31-1 || ga.ErrCode != http2.ErrCodeNo {
+						t.Fatalf("first GOAWAY: last %d, %v", ga.LastStreamID, ga.ErrCode)
+					}
+					p, ok := readFrame(t, fr).(*http2.PingFrame)
+					if !ok || p.IsAck() {
+						t.Fatalf("no PING after the first GOAWAY: %v", p)
+					}
+					ping = p.Data
+					break
+				}
+			}
+			// A call sent before the client read the GOAWAY.
+			var block bytes.Buffer
+			enc := hpack.NewEncoder(&block)
+			for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", healthCheck},
+				{":authority", "x"}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
+				enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+			}
+			if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block.Bytes(), EndHeaders: true}); err != nil {
+				t.Fatal(err)
+			}
+			if err := fr.WriteData(1, true, make([]byte, 5)); err != nil { // an empty message
+				t.Fatal(err)
+			}
+			answered := false
+			for !answered {
+				switch f := readFrame(t, fr).(type) {
+				case *http2.RSTStreamFrame:
+					t.Fatalf("the call racing the first GOAWAY was reset: %v", f.ErrCode)
+				case *http2.GoAwayFrame:
+					t.Fatalf("a GOAWAY before the call's answer: last %d", f.LastStreamID)
+				case *http2.HeadersFrame:
+					answered = f.StreamID == 1 && f.StreamEnded()
+				}
+			}
+			sent := time.Now()
+			if ack {
+				if err := fr.WritePing(true, ping); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for {
+				f := readFrame(t, fr)
+				ga, ok := f.(*http2.GoAwayFrame)
+				if !ok {
+					continue
+				}
+				waited := time.Since(sent)
+				if ga.LastStreamID != 1 || ga.ErrCode != http2.ErrCodeNo {
+					t.Fatalf("final GOAWAY: last %d, %v", ga.LastStreamID, ga.ErrCode)
+				}
+				if !ack && waited < time.Duration(goAwayGrace)/2 {
+					t.Fatalf("final GOAWAY %v after the call, without an ACK", waited)
+				}
+				break
+			}
+			if _, err := fr.ReadFrame(); !errors.Is(err, io.EOF) {
+				t.Fatalf("after the final GOAWAY: %v, want the connection closed", err)
+			}
+		})
+	}
+}
+
+func readFrame(t *testing.T, fr *http2.Framer) http2.Frame {
+	t.Helper()
+	f, err := fr.ReadFrame()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
 }
