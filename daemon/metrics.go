@@ -57,7 +57,7 @@ var (
 	descUntimed     = desc("request_duration_untimed_total", "Postponed data-plane answers left out of tollgated_request_duration_seconds because their timing slot was reused first.")
 
 	descGRPCHeld      = desc("grpc_held", "gRPC calls the shards hold now, waiting for the disk, funding or an account's key (at most --grpc-max-held per shard).")
-	descGRPCAbandoned = desc("grpc_abandoned_total", "Held gRPC calls whose client reset the stream or closed its connection before the answer (a gateway's timeout): one still waiting for funding or its account's key is dropped with nothing decided or billed, as an HTTP request whose client left.")
+	descGRPCAbandoned = desc("grpc_abandoned_total", "Held gRPC calls whose stream ended before the answer (the client reset it or closed its connection, as at a gateway's timeout): nothing more is decided for the call; a descriptor still waiting for funding or its account's key is not billed, as an HTTP request whose client left (descriptors decided before, and a decision waiting only for the disk, stay billed).")
 	descGRPCRefused   = desc("grpc_refused_total", "gRPC calls given no decision, by reason: busy (the shard held --grpc-max-held calls: RESOURCE_EXHAUSTED, nothing decided), no_answer (held past the answer timeout: answered as a 504 answer-timeout, outcome unknown).", "reason")
 
 	descInternal = desc("internal_errors_total", "Requests answered 500 internal: a panic recovered while decoding one (the first per shard is logged with its stack). Anything but 0 is a bug.")

@@ -190,9 +190,14 @@ func fuzzCall(t *testing.T, method int, mode byte, msg []byte) {
 		tk := f.tickets[0]
 		f.tickets = f.tickets[1:]
 		f.mode++ // the next decision answers otherwise
+		decided := f.decisions
 		if !s.Complete(tk, func(r *fasthttp.Response) { admitAll(nil, r, nil) }) {
 			t.Fatal("a postponed decision's ticket was stale")
 		}
+		if f.decisions != decided {
+			t.Fatal("Complete asked the shard for a decision: it must wait for CarryOn")
+		}
+		s.CarryOn()
 	}
 	// A descriptor held for its key (a 401 while the key is fresh) is
 	// carried on by later ticks.

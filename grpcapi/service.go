@@ -98,9 +98,13 @@ func (s *Service) halfClosed(x *httploop.StreamCtx, m int) {
 	}
 }
 
-// Complete answers the decision ticket names with fill, and carries the
-// call on: its next descriptor, or its answer. A stale ticket (the call
-// was answered 504 meanwhile) is ignored and reported false.
+// Complete answers the decision ticket names with fill. The call goes on
+// (its next descriptor, or its answer) at the next CarryOn, Tick or
+// Handle, never inside Complete: the shard completes decisions from its
+// own pass (Poll: durable marks, funding news), and the call's next
+// descriptor is a new decision the shard must not be asked for from inside
+// that pass. A stale ticket (the call was answered 504 meanwhile) is
+// ignored and reported false.
 func (s *Service) Complete(ticket uint64, fill func(*fasthttp.Response)) bool {
 	i := s.slots.byTicket(ticket)
 	if i < 0 {
@@ -116,9 +120,6 @@ func (s *Service) Complete(ticket uint64, fill func(*fasthttp.Response)) bool {
 		return true // the decision being made was completed by itself
 	}
 	s.done = append(s.done, i)
-	if !s.deciding {
-		s.carryOn()
-	}
 	return true
 }
 
@@ -132,8 +133,17 @@ func (s *Service) Pending(ticket uint64) bool {
 	return i >= 0 && s.out.StreamLive(s.slots.all[i].ref)
 }
 
-// carryOn continues the calls whose decisions were completed while
-// another was being made.
+// CarryOn continues the calls whose decisions were completed: the runner
+// calls it after each pass of its shard that may complete some.
+func (s *Service) CarryOn() {
+	if s.deciding {
+		panic("grpcapi: BUG: calls carried on while a decision is being made")
+	}
+	s.carryOn()
+}
+
+// carryOn continues the calls whose decisions were completed since it last
+// ran.
 func (s *Service) carryOn() {
 	for len(s.done) > 0 {
 		i := s.done[0]
@@ -224,10 +234,11 @@ func (s *Service) sweep(now int64) {
 	}
 }
 
-// abandon frees slot i, held for a call whose client has reset its stream
-// or closed its connection: nothing more is decided for it, and its end
-// writes nothing. A decision the shard still owes it finds its ticket
-// stale.
+// abandon frees slot i, held for a call whose stream ended before its
+// answer (the client reset it or closed its connection, or the connection
+// failed): nothing more is decided for it, and its end writes nothing. A
+// decision the shard still owes it finds its ticket stale; descriptors
+// decided before stay billed.
 func (s *Service) abandon(i int, sl *slot) {
 	switch sl.state {
 	case slotDeciding:
@@ -262,9 +273,9 @@ func (s *Service) pollKeys(now int64) {
 }
 
 // Quiet reports whether the service has nothing due before the loop's
-// idle tick: no call held and no key awaited. Watches look once a
-// watchEvery, which is no sooner than that tick, so an open Watch does not
-// keep the loop awake.
+// idle tick: no call held and no key awaited. Watches look about once a
+// second (watchEvery), on the idle tick's wake-ups, so an open Watch does
+// not keep the loop awake.
 func (s *Service) Quiet() bool {
 	return s.slots.nheld == 0 && s.keys.waiting == 0
 }

@@ -34,9 +34,12 @@
 // be called at any time between Steps; on a stream no longer live they
 // write nothing.
 //
-// GoAway starts a graceful drain; the loop then calls Step (with no input
-// if it has none) after answering, to learn Closing once the last stream
-// is done.
+// GoAway drains in two steps: its first call sends GOAWAY naming the
+// largest stream id and a PING, and the client's ACK of that PING brings
+// the final GOAWAY (or the loop calls GoAway again when the client is slow
+// to answer). The loop then calls Step (with no input if it has none)
+// after answering, to learn Closing once the final GOAWAY is out and the
+// last stream is done.
 //
 // # Streams
 //

@@ -48,7 +48,7 @@ type conn struct {
 	full       bool  // a write found the socket full; until EPOLLOUT, output is written, not batched
 	continued  bool  // 100 Continue sent for the current request
 	goingAway  bool  // gRPC: the drain's first GOAWAY is sent
-	goAwayAt   int64 // when it was sent (the final one follows within goAwayGrace)
+	goAwayDue  int64 // when the final GOAWAY goes out, unless the client's ACK brings it first
 	closeWhy   CloseReason
 
 	// h2 frames a gRPC connection's input (grpc.go); nil on HTTP/1.1

@@ -184,19 +184,26 @@ func (l *Loop) serveGRPC(c *conn) (capped bool) {
 }
 
 // goAwayGrace is how long a drain waits for a client to acknowledge its
-// first GOAWAY (h2.Conn.GoAway's PING) before sending the final one anyway.
+// first GOAWAY (h2.Conn.GoAway's PING) before sending the final one anyway:
+// at most, for it never takes more than half the drain's time left.
 const goAwayGrace = int64(time.Second)
 
 // goAway drains c in h2.Conn.GoAway's two steps: the first GOAWAY when the
-// drain reaches c, the final one goAwayGrace later unless the client's
-// ACK has brought it meanwhile.
+// drain reaches c, the final one once goAwayDue passes, unless the
+// client's ACK has brought it meanwhile. A drain with no time left sends
+// both at once.
 func (l *Loop) goAway(c *conn) {
-	switch {
-	case !c.goingAway:
-		c.goingAway, c.goAwayAt = true, l.now
-	case c.h2.Refusing() || l.now-c.goAwayAt < goAwayGrace:
-		return
+	if !c.goingAway {
+		c.goingAway = true
+		c.goAwayDue = l.now + min(goAwayGrace, max(l.drainAt.Load()-l.now, 0)/2)
+		l.writeGoAway(c)
 	}
+	if !c.h2.Refusing() && l.now >= c.goAwayDue {
+		l.writeGoAway(c)
+	}
+}
+
+func (l *Loop) writeGoAway(c *conn) {
 	l.outBuffer(c)
 	before := len(c.out)
 	c.out = c.h2.GoAway(c.out)
@@ -307,7 +314,7 @@ func (l *Loop) checkGRPC(c *conn) {
 	switch {
 	case c.closeAfter:
 		return
-	case c.goingAway && !c.h2.Refusing() && now-c.goAwayAt >= goAwayGrace:
+	case c.goingAway && !c.h2.Refusing() && now >= c.goAwayDue:
 		l.queue(c) // the client has not acknowledged the first GOAWAY
 	case c.reqStart != 0 && now-c.reqStart >= int64(l.cfg.BodyTimeout):
 		l.close(c, CloseReadTimeout)

@@ -491,6 +491,12 @@ func (r *runner) loopConfig(g *GRPC, shards int) httploop.Config {
 	// the loop does.
 	lc.GRPC = &httploop.GRPC{Listener: r.gln, H2: grpcapi.H2(g.MaxStreams, g.MaxHeaderListBytes),
 		Handler: func(x *httploop.StreamCtx) { r.grpc.Handle(x) }, MaxConns: max(g.MaxConns/shards, 1)}
+	// A decision the shard completes in its pass (Poll) carries its call
+	// on after the pass: a call's next descriptor is a new decision.
+	lc.OnWake = func() {
+		r.s.Poll(r.now)
+		r.grpc.CarryOn()
+	}
 	lc.Quiet = func() bool { return r.s.Quiet() && r.grpc.Quiet() }
 	lc.Holding = func() bool { return r.grpc.Holding() }
 	lc.OnDrain = func() { r.grpc.Drain() }

@@ -33,8 +33,14 @@ var (
 	pathReadyz = []byte("/readyz")
 )
 
-// Serve answers one data-plane request.
+// Serve answers one data-plane request. It is never called from inside
+// Poll: a completion Poll makes (a durable mark, funding news) must not
+// ask for a new decision while the shard's waiters and acknowledgements
+// are being walked (a gRPC call's next descriptor goes on after the pass).
 func (s *Shard) Serve(r *Request) {
+	if s.polling {
+		panic("shard: BUG: Serve called from inside Poll")
+	}
 	path := r.Req.URI().Path()
 	post := r.Req.Header.IsPost()
 	s.lat.begin(r, path)

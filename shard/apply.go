@@ -32,6 +32,7 @@ func (s *Shard) SetPending(pending func(ticket uint64) bool) { s.pending = pendi
 // the inbox doorbell rings and once per iteration; it returns how many
 // messages it applied.
 func (s *Shard) Poll(now int64) int {
+	s.polling = true
 	s.flushPending()
 	n := 0
 	for {
@@ -55,6 +56,7 @@ func (s *Shard) Poll(now int64) int {
 	if now >= s.keysReportAt {
 		s.reportKeysUsed(now)
 	}
+	s.polling = false
 	return n
 }
 

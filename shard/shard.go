@@ -69,11 +69,12 @@ const MaxWorkLines = 64
 
 // Shard is one shard's state. Only its own thread calls its methods.
 type Shard struct {
-	cfg    Config
-	engine *core.Engine
-	hasher *credential.Hasher
-	cache  *credential.Cache
-	keys   map[core.Principal]credential.Digest
+	cfg     Config
+	polling bool // inside Poll: Serve must not be called
+	engine  *core.Engine
+	hasher  *credential.Hasher
+	cache   *credential.Cache
+	keys    map[core.Principal]credential.Digest
 	// platform holds the platform tokens (seed 000 callers): a separate set,
 	// so a customer key can never call platform routes, nor a token admit.
 	platform map[core.Principal]credential.Digest

@@ -20,6 +20,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
+
+	"github.com/tollgated/tollgated/internal/await"
 )
 
 // grpcConn dials the gRPC listener the ready line of p names.
@@ -182,6 +184,37 @@ func TestGRPCRateLimitServiceAdmitsWithinTheBurstThenRefuses(t *testing.T) {
 			t.Errorf("metrics lack %q", series)
 		}
 	}
+	p.requireAlive(t)
+}
+
+// TestGRPCDescriptorsOfOneCallAreDecidedInTurn: on the real binary, a
+// ShouldRateLimit call of several descriptors, each decision acknowledged
+// once its usage is durable, is decided descriptor after descriptor: a
+// durable mark completes one decision in the shard's pass, and the next
+// descriptor is asked for after that pass, never from inside it (the shard
+// panics if it is). Every descriptor is billed once.
+func TestGRPCDescriptorsOfOneCallAreDecidedInTurn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real process")
+	}
+	t.Parallel()
+	p := startProc(t, t.TempDir(), "--shards", "1", "--grpc-listen", "127.0.0.1:0")
+	for _, id := range []string{"edge", "side"} {
+		p.provision(id, 100_000, 10)
+		p.gatewayPolicy(id, 10, 0, 0)
+	}
+	rls := rlsv3.NewRateLimitServiceClient(grpcConn(t, p))
+	const calls = 4
+	for range calls {
+		r := shouldRateLimit(t, rls, 0, descriptor("account", "edge"),
+			descriptor("account", "side", "method", "POST", "path", "/v1/chat"), descriptor("account", "edge", "path", "/x"))
+		if r.OverallCode != rlsv3.RateLimitResponse_OK || len(r.Statuses) != 3 {
+			t.Fatalf("a call of three descriptors: %v", r)
+		}
+	}
+	await.True(t, "every descriptor billed", func() bool {
+		return p.funds("edge")["spent"] == 2*calls*10 && p.funds("side")["spent"] == calls*10
+	})
 	p.requireAlive(t)
 }
 

@@ -35,6 +35,7 @@ type istioConfig struct {
 	policies  []*securityv1beta1.AuthorizationPolicy
 	filters   []proto.Message // every HTTP filter an EnvoyFilter adds, unpacked
 	limits    []*routev3.RateLimit
+	limited   []string // the domains whose virtual hosts get the limits
 }
 
 // strictJSON decodes v, as read from YAML, into m as protojson does: no
@@ -134,6 +135,7 @@ func checkEnvoyPatch(cfg *istioConfig, p *networkingv1alpha3.EnvoyFilter_EnvoyCo
 			}
 		}
 		cfg.limits = append(cfg.limits, vh.GetRateLimits()...)
+		cfg.limited = append(cfg.limited, p.GetMatch().GetRouteConfiguration().GetVhost().GetDomainName())
 	default:
 		return fmt.Errorf("a patch this check does not know: %v", p.GetApplyTo())
 	}
@@ -158,9 +160,10 @@ func readIstio(t *testing.T) *istioConfig {
 // TestIstioConfigIsValid: the Istio files are valid for Istio and for the
 // Envoy they patch, and say what tollgated needs: the ext_authz provider is
 // tollgated's gRPC port and fails closed, the gateway's CUSTOM policy uses
-// it, a client's X-Tollgate-* headers are dropped first, the rate limit
-// filter asks the "tollgated" domain of the same service and fails closed,
-// every descriptor names its account, and only the gateway may call
+// it for every host the rate limit filter does not bill (a request is
+// billed once), a client's X-Tollgate-* headers are dropped first, the rate
+// limit filter asks the "tollgated" domain of the same service and fails
+// closed, every descriptor names its account, and only the gateway may call
 // tollgated's gRPC port.
 func TestIstioConfigIsValid(t *testing.T) {
 	cfg := readIstio(t)
@@ -173,10 +176,16 @@ func TestIstioConfigIsValid(t *testing.T) {
 		t.Fatalf("the ext_authz provider: %v", pv)
 	}
 	var custom, callers bool
+	var authorized []string // hosts the CUSTOM policy leaves alone
 	for _, p := range cfg.policies {
 		switch p.GetAction() {
 		case securityv1beta1.AuthorizationPolicy_CUSTOM:
 			custom = p.GetProvider().GetName() == pv.GetName() && len(p.GetRules()) > 0
+			for _, r := range p.GetRules() {
+				for _, to := range r.GetTo() {
+					authorized = append(authorized, to.GetOperation().GetNotHosts()...)
+				}
+			}
 		case securityv1beta1.AuthorizationPolicy_ALLOW:
 			callers = len(p.GetRules()) == 1 && slices.Equal(p.GetRules()[0].GetTo()[0].GetOperation().GetPorts(), []string{"8081"}) &&
 				len(p.GetRules()[0].GetFrom()[0].GetSource().GetPrincipals()) == 1
@@ -210,6 +219,13 @@ func TestIstioConfigIsValid(t *testing.T) {
 	if len(cfg.limits) == 0 {
 		t.Fatal("no virtual host makes a descriptor")
 	}
+	// A request is billed once: the rate-limited domains are left out of
+	// the CUSTOM policy, with and without a port.
+	for _, h := range cfg.limited {
+		if h == "" || !slices.Contains(authorized, h) || !slices.Contains(authorized, h+":*") {
+			t.Fatalf("the rate-limited domain %q is also sent to ext_authz (left out: %v)", h, authorized)
+		}
+	}
 	for _, l := range cfg.limits {
 		named := false
 		for _, act := range l.GetActions() {
@@ -233,6 +249,7 @@ func TestIstioCheckCatchesMistakes(t *testing.T) {
 		"a missing Envoy field":        {"istio/ratelimit.yaml", "domain: tollgated", "stat_prefix: x"},
 		"an unknown Envoy filter type": {"istio/ext-authz.yaml", "header_mutation.v3.HeaderMutation\n", "header_mutation.v3.HeaderMutations\n"},
 		"an empty descriptor action":   {"istio/ratelimit.yaml", "- generic_key: {descriptor_key: account, descriptor_value: acme}", "- generic_key: {descriptor_key: account}"},
+		"an unknown vhost match field": {"istio/ratelimit.yaml", "domainName: acme.example.com", "domain: acme.example.com"},
 	} {
 		raw, err := os.ReadFile(edit[0])
 		if err != nil {
