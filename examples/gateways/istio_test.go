@@ -227,11 +227,7 @@ func TestIstioConfigIsValid(t *testing.T) {
 		}
 	}
 	for _, l := range cfg.limits {
-		named := false
-		for _, act := range l.GetActions() {
-			named = named || act.GetGenericKey().GetDescriptorKey() == "account"
-		}
-		if !named {
+		if !namesAccount(l) {
 			t.Fatalf("a rate limit names no account: %v", l)
 		}
 	}
