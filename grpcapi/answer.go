@@ -3,6 +3,8 @@ package grpcapi
 import (
 	"bytes"
 	"math"
+
+	"github.com/tollgated/tollgated/decimal"
 )
 
 // What a shard's forward-auth answer carries, as read here.
@@ -74,19 +76,10 @@ func requestsParam(field []byte, name string) (uint32, bool) {
 	return 0, false
 }
 
-// parseUint32 reads decimal digits, in place.
+// parseUint32 reads up to 10 decimal digits, in place.
 func parseUint32(v []byte) (uint32, bool) {
-	if len(v) == 0 || len(v) > 10 {
-		return 0, false
-	}
-	var n uint64
-	for _, c := range v {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + uint64(c-'0')
-	}
-	return uint32(n), n <= math.MaxUint32
+	n, ok := decimal.Uint(v)
+	return uint32(n), ok && len(v) <= 10 && n <= math.MaxUint32
 }
 
 // isTollgateHeader reports an X-Tollgate-* answer field.

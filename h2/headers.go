@@ -1,6 +1,10 @@
 package h2
 
-import "math"
+import (
+	"math"
+
+	"github.com/tollgated/tollgated/decimal"
+)
 
 // verdict is what a request's headers call for.
 type verdict uint8
@@ -159,17 +163,8 @@ func isBlank(b byte) bool { return b == ' ' || b == '\t' }
 
 // parseDecimal parses a content-length: 1 to 18 digits.
 func parseDecimal(v []byte) (int64, bool) {
-	if len(v) == 0 || len(v) > 18 {
-		return 0, false
-	}
-	var n int64
-	for _, b := range v {
-		if b < '0' || b > '9' {
-			return 0, false
-		}
-		n = n*10 + int64(b-'0')
-	}
-	return n, true
+	n, ok := decimal.Uint(v)
+	return int64(n), ok && len(v) <= 18
 }
 
 // parseTimeout parses a grpc-timeout (gRPC spec): 1 to 8 digits and a
@@ -196,13 +191,11 @@ func parseTimeout(v []byte) (int64, bool) {
 	default:
 		return 0, false
 	}
-	var n int64
-	for _, b := range v[:len(v)-1] {
-		if b < '0' || b > '9' {
-			return 0, false
-		}
-		n = n*10 + int64(b-'0')
+	d, ok := decimal.Uint(v[:len(v)-1])
+	if !ok {
+		return 0, false
 	}
+	n := int64(d) // at most 8 digits
 	if n > math.MaxInt64/unit {
 		return math.MaxInt64, true
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tollgated/tollgated/core"
 	"github.com/tollgated/tollgated/credential"
+	"github.com/tollgated/tollgated/decimal"
 	"github.com/tollgated/tollgated/route"
 )
 
@@ -326,17 +327,8 @@ func (s *Shard) matchRoute(r *Request, t *route.Table) (*route.Rule, bool) {
 
 // parseCount reads a count header: decimal digits, at most 2^63-1.
 func parseCount(v []byte) (uint64, bool) {
-	if len(v) == 0 || len(v) > 19 {
-		return 0, false
-	}
-	var n uint64
-	for _, c := range v {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + uint64(c-'0')
-	}
-	return n, n <= 1<<63-1
+	n, ok := decimal.Uint(v)
+	return n, ok && n <= 1<<63-1
 }
 
 // writeAuthzAllowed answers an admitted forward-auth call: 200, no body, and

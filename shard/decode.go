@@ -5,6 +5,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/valyala/fastjson"
+
+	"github.com/tollgated/tollgated/decimal"
 )
 
 // Request decoding.
@@ -284,19 +286,12 @@ func (s *Shard) array(v *fastjson.Value, name string, lo, hi int, detail string)
 // leading zero, up to maxInt. fastjson's own number reading accepts more
 // (leading zeros, NaN, Inf) and allocates to refuse.
 func plainUint(b []byte) (uint64, bool) {
-	// 19 digits cannot overflow a uint64; the 20-digit ones above maxInt
-	// are refused by length.
-	if len(b) == 0 || len(b) > 19 || b[0] == '0' && len(b) > 1 {
+	if len(b) > 1 && b[0] == '0' {
 		return 0, false
 	}
-	var n uint64
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + uint64(c-'0')
-	}
-	return n, n <= maxInt
+	// The 20-digit numbers above maxInt are refused by decimal's length.
+	n, ok := decimal.Uint(b)
+	return n, ok && n <= maxInt
 }
 
 // plainText reports whether b is 1 to maxLen bytes of valid UTF-8 with no
